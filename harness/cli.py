@@ -1,0 +1,179 @@
+"""The `tao` command: run a task headless or in the TUI, run the demo, and the helper subcommands.
+
+Exit codes of `tao run` and `tao demo`: 0 the model finished the task, 1 the engine or harness failed,
+2 bad usage, 3 a step or time limit was reached, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from harness.engine.factory import ENGINES, EngineOptions, open_engine
+from harness.errors import EngineUnavailable, TaoError, UsageError
+from harness.events import Event, SessionEnd, TrajectoryWriter
+from harness.log import HumanLog
+from harness.session import Session, SessionConfig
+from sandbox import Workspace
+from tools import default_tools
+
+EXIT_CODES = {"finished": 0, "error": 1, "limit": 3, "interrupted": 130}
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def state_dir() -> Path:
+    """Where Tao keeps trajectories: $XDG_STATE_HOME/tao (default ~/.local/state/tao)."""
+    base = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(base) / "tao"
+
+
+def default_trajectory_path() -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return state_dir() / "trajectories" / f"{stamp}-{uuid.uuid4().hex[:6]}.jsonl"
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("engine")
+    group.add_argument("--engine", choices=ENGINES, default="vllm",
+                       help="vllm: in-process vLLM (default, embedded model); openai: a running "
+                            "OpenAI-compatible server; replay: recorded turns")
+    group.add_argument("--model", help="model name or directory for --engine vllm (default: embedded SmolLM2)")
+    group.add_argument("--base-url", help="server URL for --engine openai, e.g. http://localhost:8000/v1")
+    group.add_argument("--replay", type=Path, help="trajectory .jsonl or JSON turn script for --engine replay")
+    group.add_argument("--seconds-per-token", type=float, default=0.0,
+                       help="replay pacing: simulated seconds per output token (default 0)")
+    group.add_argument("--no-constrain", action="store_true",
+                       help="do not constrain decoding to well-formed calls (for strong models)")
+
+
+def add_session_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--headless", action="store_true",
+                        help="no TUI: a human log on stderr (runs are headless until the TUI lands)")
+    parser.add_argument("--json", action="store_true", help="print one JSON event per line on stdout")
+    parser.add_argument("--max-steps", type=int, default=30, help="model turns before stopping (default 30)")
+    parser.add_argument("--max-time", type=float, default=1800.0, help="wall-clock limit in seconds (default 1800)")
+    parser.add_argument("--trajectory", type=Path,
+                        help=f"trajectory file to write (default {state_dir()}/trajectories/<time>.jsonl)")
+    parser.add_argument("--test-command", help="the project's test command for run_tests (default: detected)")
+
+
+def engine_options(args: argparse.Namespace) -> EngineOptions:
+    return EngineOptions(kind=args.engine, replay=args.replay, seconds_per_token=args.seconds_per_token,
+                         model=args.model, base_url=args.base_url, constrained=not args.no_constrain)
+
+
+async def run_session(task: str, repo: Path, args: argparse.Namespace) -> SessionEnd:
+    """Open the engine, run one session with the chosen sinks, close everything."""
+    if args.max_steps < 1 or args.max_time <= 0:
+        raise UsageError("--max-steps must be at least 1 and --max-time positive")
+    workspace = Workspace(repo)
+    trajectory = args.trajectory or default_trajectory_path()
+    writer = TrajectoryWriter(trajectory)
+    sinks = [writer.write, HumanLog(sys.stderr)]
+    if args.json:
+        sinks.append(lambda event: print(event.to_json(), flush=True))
+    engine = await open_engine(engine_options(args))
+    try:
+        tools = default_tools(test_command=args.test_command)
+        config = SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time)
+        end = await Session(task, engine, workspace, tools, config, sinks).run()
+    finally:
+        writer.close()
+        await engine.close()
+    print(f"trajectory: {trajectory}", file=sys.stderr)
+    return end
+
+
+def resolve_task(args: argparse.Namespace) -> str:
+    """The task from the argument, a file (@path), or the replayed recording."""
+    task = args.task
+    if task and task.startswith("@"):
+        path = Path(task[1:])
+        if not path.is_file():
+            raise UsageError(f"task file {path} does not exist")
+        return path.read_text(encoding="utf-8")
+    if not task and args.engine == "replay" and args.replay:
+        from harness.engine.replay import load_recording
+
+        task = load_recording(args.replay).task
+    if not task:
+        raise UsageError('give the task as an argument: tao run "fix the failing test" (or @FILE)')
+    return task
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    repo = Path(args.repo).expanduser()
+    if not repo.is_dir():
+        raise UsageError(f"--repo {repo} is not a directory")
+    end = asyncio.run(run_session(resolve_task(args), repo, args))
+    return EXIT_CODES.get(end.status, 1)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Copy the bundled example to a fresh git repository and run the agent on its issue."""
+    source = EXAMPLES / "calc"
+    if not source.is_dir():
+        raise UsageError(f"the demo example is missing ({source}); run tao demo from a source checkout")
+    target = Path(tempfile.mkdtemp(prefix="tao-demo-")) / "calc"
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("ISSUE.md", "__pycache__"))
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=tao", "-c", "user.email=tao@localhost", "commit", "-qm", "demo"]):
+        subprocess.run(cmd, cwd=target, check=True)
+    task = (source / "ISSUE.md").read_text(encoding="utf-8")
+    if args.engine == "replay" and args.replay is None:
+        args.replay = EXAMPLES / "calc.replay.json"
+    print(f"demo repository: {target}", file=sys.stderr)
+    end = asyncio.run(run_session(task, target, args))
+    changed = len([line for line in end.submission.splitlines() if line.startswith("+++ ")])
+    print(f"demo {end.status} after {end.steps} steps; {changed} file(s) changed; summary: "
+          f"{end.summary or end.reason}", file=sys.stderr)
+    return EXIT_CODES.get(end.status, 1)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tao", description="Tao: a coding agent whose tools run ahead of the model.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    run = sub.add_parser("run", help="run the agent on a task", description="Run the agent on a task in a repository.")
+    run.add_argument("task", nargs="?", help="the task text, or @FILE to read it from a file")
+    run.add_argument("--repo", default=".", help="the repository to work in (default: current directory)")
+    add_session_flags(run)
+    add_engine_flags(run)
+    run.set_defaults(func=cmd_run)
+
+    demo = sub.add_parser("demo", help="run the agent on the bundled example repository")
+    add_session_flags(demo)
+    add_engine_flags(demo)
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as exc:
+        print(f"tao: {exc}", file=sys.stderr)
+        return 2
+    except EngineUnavailable as exc:
+        print(f"tao: engine unavailable: {exc}", file=sys.stderr)
+        return 1
+    except TaoError as exc:
+        print(f"tao: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("tao: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

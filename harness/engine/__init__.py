@@ -1,0 +1,1 @@
+"""Engine adapters: replay (recorded turns), the in-process vLLM engine, OpenAI-compatible servers."""

@@ -1,0 +1,56 @@
+"""The wire types between a session and an engine, and the Engine protocol. Pure data, no behaviour."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    """One chat completion: OpenAI-style messages, the tool specs, and scheduling hints."""
+
+    request_id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)  # OpenAI `tools` entries
+    max_tokens: int = 1024
+    priority: int = 0  # lower runs first (vLLM's convention); speculative work uses higher numbers
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one request cost, reported on the final chunk."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    ttft: float | None = None  # seconds from submit to first token
+    decode_seconds: float | None = None  # seconds from first to last token
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a streamed answer. The last chunk carries `usage` and `finish_reason`.
+
+    `tool_calls` holds complete native calls (OpenAI shape: {"id", "function": {"name", "arguments"}})
+    from engines that produce them; text-protocol engines leave it empty.
+    """
+
+    text: str = ""
+    tool_calls: list[dict[str, Any]] | None = None
+    usage: Usage | None = None
+    finish_reason: str | None = None
+
+
+class Engine(Protocol):
+    """Anything that turns a request into a stream of chunks."""
+
+    name: str  # shown to users and recorded in session_start, e.g. "replay:run.jsonl"
+    native_tools: bool  # True when the engine returns tool calls itself (no text protocol needed)
+
+    def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]: ...
+
+    async def abort(self, request_id: str) -> None: ...
+
+    async def close(self) -> None: ...

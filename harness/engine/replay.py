@@ -1,0 +1,114 @@
+"""An engine that replays recorded assistant turns, streamed at a configurable time per output token.
+
+Sessions, tests and benchmarks use it to run a recorded trajectory against real tools: the model's
+answers are fixed, everything else (tool runs, workspace, events) is real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.engine.base import Chunk, LLMRequest, Usage
+from harness.errors import ReplayExhausted, UsageError
+from harness.events import LLMEnd, SessionStart, read_trajectory
+
+# Roughly one token per short word piece, as BPE tokenizers split English and code.
+_TOKEN = re.compile(r"\s*[A-Za-z]{1,6}|\s*\d{1,3}|\s*[^\sA-Za-z\d]|\s+")
+
+
+def split_tokens(text: str) -> list[str]:
+    """Split text into token-sized pieces whose concatenation is the text."""
+    return _TOKEN.findall(text)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One recorded assistant answer."""
+
+    text: str
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Recording:
+    """Recorded turns and, when the source says, the task they answered."""
+
+    turns: list[Turn]
+    task: str | None = None
+
+
+def load_recording(path: str | Path) -> Recording:
+    """Read turns from a Tao trajectory (.jsonl: its llm_end events) or a JSON script.
+
+    A JSON script is `{"task": "...", "turns": ["text", {"text": "...", "tool_calls": [...]}, ...]}`
+    or just the list of turns.
+    """
+    source = Path(path)
+    if not source.is_file():
+        raise UsageError(f"replay file {source} does not exist; pass a trajectory .jsonl or a JSON turn script")
+    if source.suffix == ".jsonl":
+        events = read_trajectory(source)
+        start = next((e for e in events if isinstance(e, SessionStart)), None)
+        turns = [Turn(e.text, e.tool_calls) for e in events if isinstance(e, LLMEnd)]
+        task = start.task if start else None
+    else:
+        try:
+            data = json.loads(source.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"replay file {source} is not valid JSON: {exc}") from None
+        items = data.get("turns", []) if isinstance(data, dict) else data
+        task = data.get("task") if isinstance(data, dict) else None
+        turns = [Turn(item) if isinstance(item, str) else Turn(item.get("text", ""), item.get("tool_calls"))
+                 for item in items]
+    if not turns:
+        raise UsageError(f"replay file {source} holds no assistant turns to replay")
+    return Recording(turns, task)
+
+
+class ReplayEngine:
+    """Answers each request with the next recorded turn, one token-sized piece at a time."""
+
+    def __init__(self, recording: Recording, seconds_per_token: float = 0.0, name: str = "replay") -> None:
+        self.recording = recording
+        self.seconds_per_token = seconds_per_token
+        self.name = name
+        self.native_tools = any(turn.tool_calls for turn in recording.turns)
+        self._next = 0
+        self._aborted: set[str] = set()
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+        if self._next >= len(self.recording.turns):
+            raise ReplayExhausted(
+                f"the recording has {len(self.recording.turns)} turns and all were replayed; "
+                "the session asked for one more"
+            )
+        turn = self.recording.turns[self._next]
+        self._next += 1
+        start = time.monotonic()
+        pieces = split_tokens(turn.text) or [""]
+        first: float | None = None
+        for piece in pieces:
+            if request.request_id in self._aborted:
+                return
+            if self.seconds_per_token:
+                await asyncio.sleep(self.seconds_per_token)
+            if first is None:
+                first = time.monotonic()
+            yield Chunk(text=piece)
+        prompt_chars = sum(len(str(m.get("content") or "")) for m in request.messages)
+        usage = Usage(prompt_tokens=prompt_chars // 4, output_tokens=len(pieces),
+                      ttft=(first or start) - start, decode_seconds=time.monotonic() - (first or start))
+        yield Chunk(tool_calls=turn.tool_calls, usage=usage, finish_reason="stop")
+
+    async def abort(self, request_id: str) -> None:
+        self._aborted.add(request_id)
+
+    async def close(self) -> None:
+        return None

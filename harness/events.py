@@ -1,0 +1,215 @@
+"""The one event schema: every step of a session is an event, a JSON object with `type` and `t`.
+
+The same events feed the headless `--json` stream, trajectory files (JSONL, one event per line,
+flushed as each is written), the TUI, pattern learning and replay. `t` is monotonic seconds since
+session start. docs/EVENTS.md documents each type for users; `TIMING_FIELDS` lists the fields that
+may differ between two runs of the same session (with and without speculation).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+SCHEMA_VERSION = 1
+
+# Fields whose values depend on timing only; everything else must match between equivalent runs.
+TIMING_FIELDS = frozenset({"t", "duration", "ttft", "decode_seconds", "started_at", "cached_tokens"})
+
+_TYPES: dict[str, type[Event]] = {}
+
+
+@dataclass
+class Event:
+    """Base of all events. Subclasses set `type` and add their own fields."""
+
+    type: ClassVar[str] = ""
+    t: float
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.type:
+            _TYPES[cls.type] = cls
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **dataclasses.asdict(self)}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, separators=(",", ":"))
+
+
+@dataclass
+class SessionStart(Event):
+    """The task and how it will be run."""
+
+    type: ClassVar[str] = "session_start"
+    session_id: str
+    task: str
+    repo: str
+    engine: str
+    tools: list[str]
+    config: dict[str, Any] = field(default_factory=dict)
+    started_at: str = ""  # wall-clock ISO time, for people
+    schema: int = SCHEMA_VERSION
+
+
+@dataclass
+class LLMStart(Event):
+    """A request to the engine was sent."""
+
+    type: ClassVar[str] = "llm_start"
+    step: int
+    request_id: str
+    messages: int  # how many messages the prompt holds
+
+
+@dataclass
+class LLMFirstToken(Event):
+    """The first token of the answer arrived."""
+
+    type: ClassVar[str] = "llm_first_token"
+    step: int
+    request_id: str
+
+
+@dataclass
+class LLMEnd(Event):
+    """The answer is complete: its full text (what replay re-plays) and what it cost."""
+
+    type: ClassVar[str] = "llm_end"
+    step: int
+    request_id: str
+    text: str
+    tool_calls: list[dict[str, Any]] | None = None  # native calls, for engines that produce them
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    output_tokens: int = 0
+    ttft: float | None = None
+    decode_seconds: float | None = None
+
+
+@dataclass
+class ToolCall(Event):
+    """The model asked for a tool call (parsed and about to run)."""
+
+    type: ClassVar[str] = "tool_call"
+    step: int
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+    effect: str
+
+
+@dataclass
+class ToolResult(Event):
+    """A tool call's observation, exactly as the model sees it."""
+
+    type: ClassVar[str] = "tool_result"
+    step: int
+    call_id: str
+    name: str
+    output: str
+    is_error: bool = False
+    exit_code: int | None = None
+    truncated_chars: int = 0
+    workspace_version: int = 0  # the version after the call
+    duration: float = 0.0
+
+
+@dataclass
+class FormatError(Event):
+    """The model's answer held no usable tool call; `error` is what the model is told."""
+
+    type: ClassVar[str] = "format_error"
+    step: int
+    error: str
+
+
+@dataclass
+class SessionEnd(Event):
+    """How the session ended. `status` is finished, limit, error or interrupted."""
+
+    type: ClassVar[str] = "session_end"
+    status: str
+    reason: str
+    summary: str = ""
+    steps: int = 0
+    submission: str = ""  # `git diff` of the workspace against HEAD, untracked files included
+    output_tokens: int = 0
+
+
+@dataclass
+class UnknownEvent(Event):
+    """An event of a type this version does not know (a newer writer); kept, never dropped."""
+
+    type: ClassVar[str] = "unknown"
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.raw)
+
+
+class EventDecodeError(ValueError):
+    """A trajectory line that is not a valid event."""
+
+
+def from_dict(data: dict[str, Any]) -> Event:
+    """Rebuild an event from its JSON object; unknown types become UnknownEvent."""
+    kind = data.get("type")
+    if not isinstance(kind, str) or "t" not in data:
+        raise EventDecodeError(f"an event needs a string 'type' and a number 't', got keys {sorted(data)}")
+    cls = _TYPES.get(kind)
+    if cls is None:
+        return UnknownEvent(t=float(data["t"]), raw=dict(data))
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise EventDecodeError(f"bad {kind} event: {exc}") from exc
+
+
+def read_trajectory(path: str | os.PathLike[str]) -> list[Event]:
+    """Read a JSONL trajectory. A torn last line (a crash mid-write) is skipped; other bad lines raise."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    events: list[Event] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            events.append(from_dict(json.loads(line)))
+        except (json.JSONDecodeError, EventDecodeError) as exc:
+            if number == len(lines):
+                break  # the event being written when the process died
+            raise EventDecodeError(f"{path}:{number}: {exc}") from exc
+    return events
+
+
+class TrajectoryWriter:
+    """Appends events to a JSONL file, flushing each one so a crash loses at most the event in flight."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file: IO[str] = self.path.open("a", encoding="utf-8")
+
+    def write(self, event: Event) -> None:
+        self._file.write(event.to_json() + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if not self._file.closed:
+            os.fsync(self._file.fileno())
+            self._file.close()
+
+
+def strip_timing(events: Iterable[Event]) -> Iterator[dict[str, Any]]:
+    """Events as dicts without their timing fields, for comparing two runs of the same session."""
+    for event in events:
+        yield {k: v for k, v in event.to_dict().items() if k not in TIMING_FIELDS}

@@ -1,0 +1,51 @@
+"""The human-readable log of a session's events, written to stderr in headless runs."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, ToolCall, ToolResult)
+
+PREVIEW_LINES = 6
+
+
+def _preview(text: str, lines: int = PREVIEW_LINES) -> str:
+    parts = text.splitlines()
+    shown = "\n".join("    " + line[:160] for line in parts[:lines])
+    more = f"\n    ... ({len(parts) - lines} more lines)" if len(parts) > lines else ""
+    return shown + more
+
+
+class HumanLog:
+    """An event sink that prints one short block per event."""
+
+    def __init__(self, stream: TextIO = sys.stderr) -> None:
+        self.stream = stream
+
+    def __call__(self, event: Event) -> None:
+        line = self.format(event)
+        if line is not None:
+            print(line, file=self.stream, flush=True)
+
+    def format(self, event: Event) -> str | None:
+        stamp = f"[{event.t:7.2f}s]"
+        match event:
+            case SessionStart():
+                return f"{stamp} task: {event.task.splitlines()[0][:120]}\n{' ' * 10} repo {event.repo}, engine {event.engine}"
+            case LLMEnd():
+                thought = event.text.split("<tool_call>")[0].strip()
+                tokens = f"{event.output_tokens} tokens" + (f", {event.ttft:.2f}s to first" if event.ttft else "")
+                return f"{stamp} step {event.step}: model answered ({tokens})" + (f"\n{_preview(thought, 3)}" if thought else "")
+            case ToolCall():
+                args = ", ".join(f"{k}={str(v)[:60]!r}" for k, v in event.arguments.items())
+                return f"{stamp} -> {event.name}({args})"
+            case ToolResult():
+                status = "error" if event.is_error else "ok" if event.exit_code in (None, 0) else f"exit {event.exit_code}"
+                return f"{stamp} <- {event.name} {status}\n{_preview(event.output)}"
+            case FormatError():
+                return f"{stamp} step {event.step}: no usable tool call: {event.error[:200]}"
+            case SessionEnd():
+                summary = f"\n    summary: {event.summary}" if event.summary else ""
+                return f"{stamp} session {event.status} after {event.steps} steps: {event.reason}{summary}"
+        return None

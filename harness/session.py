@@ -1,0 +1,174 @@
+"""One task's Think-Act-Observe loop: ask the engine, run the tool it calls, feed back the result.
+
+Every step emits events (harness.events) to the sinks: the trajectory file, the --json stream, the
+human log. The loop ends when the model calls finish, a limit is reached, or the engine fails; the
+last event, session_end, says which, and carries the workspace's diff as the submission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from harness import protocol
+from harness.engine.base import Engine, LLMRequest, Usage
+from harness.errors import EngineError, Finished, LimitExceeded, SessionStop
+from harness.events import (Event, FormatError, LLMEnd, LLMFirstToken, LLMStart, SessionEnd, SessionStart,
+                            ToolCall, ToolResult)
+from harness.submission import git_diff
+from sandbox import Workspace
+from tools import run_tool, tool_specs
+from tools.base import Effect, Observation, Tool
+
+EventSink = Callable[[Event], None]
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Limits and knobs of one session."""
+
+    max_steps: int = 30
+    """Model turns before the session stops with status `limit`."""
+    max_seconds: float = 1800.0
+    """Wall-clock budget for the whole session, in seconds."""
+    max_tokens: int = 1024
+    """Output tokens allowed per model turn."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One model turn, parsed."""
+
+    text: str
+    calls: list[protocol.ParsedCall]
+    errors: list[protocol.CallError]
+
+
+class Session:
+    """Runs one task against an engine and a set of tools in one workspace."""
+
+    def __init__(self, task: str, engine: Engine, workspace: Workspace, tools: list[Tool],
+                 config: SessionConfig = SessionConfig(), sinks: list[EventSink] | None = None) -> None:
+        self.task, self.engine, self.workspace, self.config = task, engine, workspace, config
+        self.tools = {tool.name: tool for tool in tools}
+        self.sinks = sinks or []
+        self.session_id = uuid.uuid4().hex[:12]
+        self.steps = 0
+        self.output_tokens = 0
+        self._t0 = time.monotonic()
+        system = protocol.render_system_prompt(tool_specs(tools), str(workspace.root), engine.native_tools)
+        self.messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": task}]
+
+    def emit(self, event: Event) -> None:
+        for sink in self.sinks:
+            sink(event)
+
+    def now(self) -> float:
+        return round(time.monotonic() - self._t0, 6)
+
+    async def run(self) -> SessionEnd:
+        """Loop until finish, a limit or an engine failure; always ends with a session_end event."""
+        self.emit(SessionStart(self.now(), self.session_id, self.task, str(self.workspace.root), self.engine.name,
+                               sorted(self.tools), {"max_steps": self.config.max_steps,
+                                                    "max_seconds": self.config.max_seconds},
+                               datetime.now(timezone.utc).isoformat(timespec="seconds")))
+        status, reason, summary = "error", "", ""
+        try:
+            async with asyncio.timeout(self.config.max_seconds):
+                while True:
+                    await self.step()
+        except Finished as stop:
+            status, reason, summary = stop.status, "the model called finish", stop.summary
+        except SessionStop as stop:
+            status, reason = stop.status, str(stop)
+        except TimeoutError:
+            status, reason = "limit", f"wall-time limit of {self.config.max_seconds:g} s reached"
+        except EngineError as exc:
+            status, reason = "error", f"engine failed: {exc}"
+        except asyncio.CancelledError:
+            status, reason = "interrupted", "interrupted by the user"
+            raise
+        finally:
+            end = SessionEnd(self.now(), status, reason, summary, self.steps,
+                             await asyncio.to_thread(git_diff, self.workspace.root), self.output_tokens)
+            self.emit(end)
+            await self.close_tools()
+        return end
+
+    async def step(self) -> None:
+        """One Think-Act-Observe step: a model turn, then each call it made."""
+        if self.steps >= self.config.max_steps:
+            raise LimitExceeded(f"step limit of {self.config.max_steps} reached")
+        self.steps += 1
+        answer = await self.query()
+        if not answer.calls:
+            error = answer.errors[0].error if answer.errors else protocol.FORMAT_REMINDER
+            self.emit(FormatError(self.now(), self.steps, error))
+            self.messages.append({"role": "user", "content": error})
+            return
+        for call in answer.calls:
+            await self.act(call)
+
+    async def query(self) -> Answer:
+        """Stream one answer from the engine, parsing calls as they arrive."""
+        request = LLMRequest(f"{self.session_id}-{self.steps}", list(self.messages),
+                             tool_specs(list(self.tools.values())), self.config.max_tokens)
+        self.emit(LLMStart(self.now(), self.steps, request.request_id, len(request.messages)))
+        parser = protocol.CallParser(id_prefix=f"call_{self.steps}")
+        raw, native, usage, finish_reason = "", None, Usage(), None
+        async for chunk in self.engine.stream(request):
+            if chunk.text:
+                if not raw:
+                    self.emit(LLMFirstToken(self.now(), self.steps, request.request_id))
+                raw += chunk.text
+                parser.feed(chunk.text)
+            native = chunk.tool_calls or native
+            usage = chunk.usage or usage
+            finish_reason = chunk.finish_reason or finish_reason
+        parser.finish()
+        self.output_tokens += usage.output_tokens
+        self.emit(LLMEnd(self.now(), self.steps, request.request_id, raw, native, finish_reason,
+                         usage.prompt_tokens, usage.cached_tokens, usage.output_tokens, usage.ttft,
+                         usage.decode_seconds))
+        if native:
+            calls, errors = protocol.parse_native_calls(native)
+            self.messages.append({"role": "assistant", "content": raw, "tool_calls": native})
+        else:
+            calls, errors = parser.calls, parser.errors
+            spelled = "".join(protocol.render_call_text(call) for call in calls)
+            content = "\n".join(part for part in (parser.text.strip(), spelled) if part) if calls else raw
+            self.messages.append({"role": "assistant", "content": content})
+        return Answer(parser.text, calls, errors)
+
+    async def act(self, call: protocol.ParsedCall) -> Observation:
+        """Run one call authoritatively and feed its observation back to the model."""
+        tool = self.tools.get(call.name)
+        effect = tool.effect.value if tool else "unknown"
+        self.emit(ToolCall(self.now(), self.steps, call.call_id, call.name, call.arguments, effect))
+        if call.name == "finish":
+            raise Finished(str(call.arguments.get("summary", "")))
+        started = time.monotonic()
+        if tool is None:
+            observation = Observation(f"Unknown tool {call.name!r}. Available tools: {', '.join(sorted(self.tools))}.",
+                                      is_error=True)
+        else:
+            observation = await run_tool(tool, call.arguments, self.workspace)
+            if tool.effect is Effect.MUTATING:
+                self.workspace.bump()
+        self.emit(ToolResult(self.now(), self.steps, call.call_id, call.name, observation.text,
+                             observation.is_error, observation.exit_code, observation.truncated_chars,
+                             self.workspace.version, round(time.monotonic() - started, 6)))
+        self.messages.append(protocol.result_message(call, observation.text, self.engine.native_tools))
+        return observation
+
+    async def close_tools(self) -> None:
+        for tool in self.tools.values():
+            close = getattr(tool, "close", None)
+            if close is not None:
+                result = close()
+                if asyncio.iscoroutine(result):
+                    await result

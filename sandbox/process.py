@@ -1,0 +1,120 @@
+"""Run one command as a subprocess in its own process group, with a timeout that kills the whole group.
+
+Output is captured as combined stdout+stderr, bounded in memory: past `max_bytes` the middle is dropped
+and the number of dropped bytes is reported, so a runaway test suite cannot exhaust memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    """What a finished (or killed) command produced."""
+
+    exit_code: int | None  # None when the command was killed (timeout or cancel)
+    output: bytes  # combined stdout and stderr, head and tail kept when over the bound
+    dropped_bytes: int  # bytes cut from the middle of the output
+    timed_out: bool
+    duration: float  # seconds; a timing field, never shown to the model
+
+    @property
+    def text(self) -> str:
+        return self.output.decode("utf-8", errors="replace")
+
+
+class _BoundedBuffer:
+    """Keeps the first and last `max_bytes // 2` bytes of a stream and counts what it dropped."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.half = max(1, max_bytes // 2)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk:
+            return
+        self.tail += chunk
+        if len(self.tail) > self.half:
+            excess = len(self.tail) - self.half
+            del self.tail[:excess]
+            self.dropped += excess
+
+    def value(self) -> bytes:
+        return bytes(self.head + self.tail)
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal a whole process group, ignoring a group that is already gone."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def run_process(
+    argv: Sequence[str],
+    cwd: Path,
+    *,
+    timeout: float | None = None,
+    env: Mapping[str, str] | None = None,
+    stdin: bytes | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> ProcessResult:
+    """Run `argv` in `cwd` in a new session (own process group); kill the group on timeout or cancel."""
+    start = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=str(cwd),
+        env=dict(env) if env is not None else None,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
+    buffer = _BoundedBuffer(max_bytes)
+
+    async def pump() -> None:
+        if stdin is not None and proc.stdin is not None:
+            proc.stdin.write(stdin)
+            await proc.stdin.drain()
+            proc.stdin.close()
+        assert proc.stdout is not None
+        while chunk := await proc.stdout.read(65536):
+            buffer.add(chunk)
+        await proc.wait()
+
+    timed_out = False
+    try:
+        await asyncio.wait_for(pump(), timeout)
+    except asyncio.TimeoutError:
+        timed_out = True
+        kill_group(proc.pid)
+        await proc.wait()
+    except BaseException:
+        kill_group(proc.pid)
+        await proc.wait()
+        raise
+    # Children that outlived the leader (daemons, stray background jobs) go with the group.
+    kill_group(proc.pid)
+    return ProcessResult(
+        exit_code=None if timed_out else proc.returncode,
+        output=buffer.value(),
+        dropped_bytes=buffer.dropped,
+        timed_out=timed_out,
+        duration=time.monotonic() - start,
+    )
