@@ -88,14 +88,27 @@ async def run_process(
     )
     buffer = _BoundedBuffer(max_bytes)
 
-    async def pump() -> None:
-        if stdin is not None and proc.stdin is not None:
-            proc.stdin.write(stdin)
+    async def feed() -> None:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(stdin or b"")
             await proc.stdin.drain()
             proc.stdin.close()
-        assert proc.stdout is not None
-        while chunk := await proc.stdout.read(65536):
-            buffer.add(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the command exited without reading all of its input
+
+    async def pump() -> None:
+        # Feed stdin while reading stdout: writing it all first deadlocks once both pipes are full.
+        feeder = asyncio.ensure_future(feed()) if stdin is not None else None
+        try:
+            assert proc.stdout is not None
+            while chunk := await proc.stdout.read(65536):
+                buffer.add(chunk)
+            if feeder is not None:
+                await feeder
+        finally:
+            if feeder is not None and not feeder.done():
+                feeder.cancel()
         await proc.wait()
 
     timed_out = False

@@ -51,20 +51,25 @@ class Tool(Protocol):
     async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation: ...
 
 
-def truncate(text: str, limit: int = MAX_OUTPUT_CHARS) -> tuple[str, int]:
-    """Keep the head and tail of `text` within `limit` characters; return it and how many were cut."""
+def truncate(text: str, limit: int = MAX_OUTPUT_CHARS, *, dropped_bytes: int = 0) -> tuple[str, int]:
+    """Keep the head and tail of `text` within `limit` characters; return it and how many were cut.
+
+    `dropped_bytes` counts bytes already dropped from the middle before `text` was decoded (a bounded
+    capture); the note then names both, so the model learns how much it is not seeing.
+    """
     if len(text) <= limit:
         return text, 0
     half = limit // 2
     cut = len(text) - 2 * half
-    note = f"\n[... {cut} characters cut from the middle of this output ...]\n"
+    more = f" and {dropped_bytes} more bytes" if dropped_bytes else ""
+    note = f"\n[... {cut} characters{more} cut from the middle of this output ...]\n"
     return text[:half] + note + text[-half:], cut
 
 
 def observe(text: str, *, is_error: bool = False, exit_code: int | None = None, extra_cut: int = 0,
             **data: Any) -> Observation:
     """Build an observation with the output bounded; `extra_cut` counts bytes dropped before we saw them."""
-    bounded, cut = truncate(text)
+    bounded, cut = truncate(text, dropped_bytes=extra_cut)
     if extra_cut and not cut:
         bounded += f"\n[... {extra_cut} bytes of output were dropped ...]"
     return Observation(bounded, is_error=is_error, exit_code=exit_code, truncated_chars=cut + extra_cut, data=data)

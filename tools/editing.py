@@ -1,0 +1,184 @@
+"""The tools that change files: edit_file (exact, unique replacement) and write_file (whole file)."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
+from sandbox import Workspace
+from tools.base import Effect, Observation, ToolError, observe
+from tools.textfile import load_text, number_lines, split_lines
+
+CONTEXT_LINES = 3  # lines shown around an edit
+MAX_LISTED_OCCURRENCES = 20
+_MAX_LINES_FOR_FUZZY_HINT = 5000
+_LINE_NUMBER_PREFIX = re.compile(r"^\s*\d+\t", re.MULTILINE)
+
+
+class EditFile:
+    """Replace one exact, unique occurrence of `old` with `new`; every other byte stays as it was."""
+
+    name = "edit_file"
+    description = (
+        "Replace an exact piece of text in a file. `old` must occur exactly once (copy it from read_file "
+        "without the line numbers, with enough surrounding lines to be unique); `new` replaces it."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path relative to the workspace root."},
+            "old": {"type": "string", "description": "The exact text to replace; must occur exactly once."},
+            "new": {"type": "string", "description": "The replacement text (may be empty to delete)."},
+        },
+        "required": ["path", "old", "new"],
+        "additionalProperties": False,
+    }
+    effect = Effect.MUTATING
+
+    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+        old, new = args["old"], args["new"]
+        if old == "":
+            raise ToolError("old is empty, so there is nothing to find; put the lines to change in old "
+                            "(to create or replace a whole file use write_file)")
+        if old == new:
+            raise ToolError("old and new are identical, so the edit would change nothing; put the new text in new")
+        file = load_text(workspace, args["path"])
+        if file.binary:
+            raise ToolError(f"{file.rel} is a binary file; edit_file edits text files only")
+        # surrogateescape keeps undecodable bytes as they are, so the rest of the file is preserved exactly.
+        content = file.data.decode("utf-8", errors="surrogateescape")
+        old, new, positions = _locate(content, old, new, crlf=file.crlf)
+        if not positions:
+            raise ToolError(f"old was not found in {file.rel}. {_not_found_hint(content, old)}")
+        if len(positions) > 1:
+            raise ToolError(_ambiguous(content, positions, file.rel))
+        start = positions[0]
+        updated = content[:start] + new + content[start + len(old):]
+        try:
+            encoded = updated.encode("utf-8", errors="surrogateescape")
+        except UnicodeEncodeError as exc:
+            raise ToolError(f"new contains characters that cannot be written as UTF-8 ({exc.reason})") from None
+        file.path.write_bytes(encoded)
+        first = content.count("\n", 0, start) + 1
+        return _edit_report(file.rel, encoded, first, _last_line(first, old), _last_line(first, new) if new else 0)
+
+
+def _locate(content: str, old: str, new: str, *, crlf: bool) -> tuple[str, str, list[int]]:
+    """Where `old` occurs (overlaps count); retry with CRLF endings when the file uses them."""
+    positions = _find_all(content, old)
+    if not positions and crlf and "\n" in old and "\r\n" not in old:
+        crlf_old = old.replace("\n", "\r\n")
+        positions = _find_all(content, crlf_old)
+        if positions:
+            return crlf_old, new.replace("\r\n", "\n").replace("\n", "\r\n"), positions
+    return old, new, positions
+
+
+def _find_all(content: str, old: str) -> list[int]:
+    positions = []
+    index = content.find(old)
+    while index != -1:
+        positions.append(index)
+        index = content.find(old, index + 1)
+    return positions
+
+
+def _ambiguous(content: str, positions: list[int], rel: str) -> str:
+    lines = [content.count("\n", 0, p) + 1 for p in positions[:MAX_LISTED_OCCURRENCES]]
+    more = f" and {len(positions) - len(lines)} more" if len(positions) > len(lines) else ""
+    return (f"old occurs {len(positions)} times in {rel} (starting at lines {', '.join(map(str, lines))}{more}); "
+            "include more surrounding lines in old so that it matches exactly once")
+
+
+def _not_found_hint(content: str, old: str) -> str:
+    """Say why an exact match may have failed: line-number prefixes, whitespace, or the closest line."""
+    if _LINE_NUMBER_PREFIX.search(old) and not _LINE_NUMBER_PREFIX.search(content):
+        return "old seems to include read_file's line-number prefixes; remove them and keep only the file's text."
+    if " ".join(old.split()) in " ".join(content.split()):
+        hint = ("The text is there if whitespace is ignored: indentation, tabs, trailing spaces or line breaks "
+                "differ. Copy old exactly from read_file output (without the line numbers).")
+    else:
+        hint = "Maybe whitespace or indentation differs, or the file changed; read_file it again and copy old exactly."
+    return f"{hint}{_closest_line(content, old)}"
+
+
+def _closest_line(content: str, old: str) -> str:
+    """Where the first line of `old` appears (ignoring surrounding whitespace) or what resembles it."""
+    first = next((line.strip() for line in old.split("\n") if line.strip()), "")
+    lines = split_lines(content)
+    if not first or len(lines) > _MAX_LINES_FOR_FUZZY_HINT:
+        return ""
+    stripped = [line.strip() for line in lines]
+    if first in stripped:
+        number = stripped.index(first) + 1
+        label = "Its first line appears at line"
+    else:
+        close = difflib.get_close_matches(first, stripped, n=1, cutoff=0.6)
+        if not close:
+            return ""
+        number = stripped.index(close[0]) + 1
+        label = "The closest line to its first line is line"
+    shown = lines[number - 1].encode("utf-8", "surrogateescape").decode("utf-8", "replace").rstrip("\r")
+    return f" {label} {number}: {shown!r}."
+
+
+def _last_line(first: int, text: str) -> int:
+    """The line on which `text`, starting on line `first`, ends (a final newline ends that line)."""
+    return first + text.removesuffix("\n").count("\n")
+
+
+def _edit_report(rel: str, encoded: bytes, first: int, old_last: int, new_last: int) -> Observation:
+    """Say which lines changed and show them numbered, with a few lines of context."""
+    lines = split_lines(encoded.decode("utf-8", errors="replace"))
+    if new_last:
+        done = f"replaced lines {first}-{old_last} with lines {first}-{new_last}"
+    else:
+        done = f"deleted text from lines {first}-{old_last}"
+    low = max(1, first - CONTEXT_LINES)
+    high = min(len(lines), max(first, new_last) + CONTEXT_LINES)
+    if low > high:
+        return observe(f"Edited {rel}: {done}. The file is now empty.", path=rel, first_line=first, last_line=0)
+    snippet = number_lines(lines[low - 1:high], low)
+    return observe(f"Edited {rel}: {done}. Lines {low}-{high} now read:\n{snippet}",
+                   path=rel, first_line=first, last_line=new_last)
+
+
+class WriteFile:
+    """Write a whole file, creating its folders; says whether it created or overwrote the file."""
+
+    name = "write_file"
+    description = (
+        "Write content to a file as UTF-8, creating missing folders; an existing file is overwritten "
+        "entirely. Prefer edit_file for changing part of an existing file."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path relative to the workspace root."},
+            "content": {"type": "string", "description": "The complete new content of the file."},
+        },
+        "required": ["path", "content"],
+        "additionalProperties": False,
+    }
+    effect = Effect.MUTATING
+
+    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+        real = workspace.resolve(args["path"])
+        rel = workspace.relative(real)
+        if real.is_dir():
+            raise ToolError(f"{rel} is a folder; pass the path of a file inside it")
+        try:
+            data = args["content"].encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ToolError(f"content contains characters that cannot be written as UTF-8 ({exc.reason})") from None
+        existed = real.exists()
+        try:
+            real.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise ToolError(f"cannot create the folders for {rel}: part of the path is a file") from None
+        real.write_bytes(data)
+        lines = len(split_lines(args["content"]))
+        verb = "Overwrote" if existed else "Created"
+        return observe(f"{verb} {rel} ({len(data)} bytes, {lines} line{'' if lines == 1 else 's'}).",
+                       path=rel, created=not existed, bytes=len(data), lines=lines)

@@ -1,0 +1,172 @@
+"""The tools that look at files and folders without changing them: read_file and list_files."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandbox import Workspace
+from tools.base import MAX_OUTPUT_CHARS, Effect, Observation, ToolError, observe
+from tools.textfile import TextFile, load_text, number_lines, split_lines
+
+MAX_READ_LINES = 2000
+_NOTE_ROOM = 400  # characters kept free under the output cap for the notes around the lines
+
+
+class ReadFile:
+    """Show a text file with `cat -n` line numbers, the whole file or a 1-based inclusive range."""
+
+    name = "read_file"
+    description = (
+        "Read a text file, each line prefixed with its line number and a tab. Shows at most "
+        f"{MAX_READ_LINES} lines; pass start_line and end_line (1-based, inclusive) to read other parts."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "File path relative to the workspace root."},
+            "start_line": {"type": "integer", "minimum": 1, "description": "First line to show (1-based)."},
+            "end_line": {"type": "integer", "minimum": 1, "description": "Last line to show (inclusive)."},
+        },
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+    effect = Effect.PURE
+
+    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+        file = load_text(workspace, args["path"])
+        if file.binary:
+            return observe(f"{file.rel} is a binary file ({len(file.data)} bytes); read_file shows text only. "
+                           f"Use bash (for example `xxd {file.rel} | head`) to inspect it.", path=file.rel, binary=True)
+        lines = split_lines(file.text)
+        if not lines:
+            return observe(f"{file.rel} is empty (0 lines).", path=file.rel, total_lines=0)
+        start, end, notes = _line_range(args.get("start_line"), args.get("end_line"), len(lines), file.rel)
+        shown_end = _fit_lines(lines, start, end)
+        if shown_end < end:
+            notes.append(f"showing lines {start}-{shown_end} of {len(lines)}; pass start_line/end_line for more "
+                         f"(next: start_line={shown_end + 1})")
+        elif start > 1 or end < len(lines):
+            notes.append(f"showing lines {start}-{end} of {len(lines)}")
+        text = _header(file) + number_lines(lines[start - 1:shown_end], start)
+        if notes:
+            text += "\n[" + "; ".join(notes) + "]"
+        return observe(text, path=file.rel, start_line=start, end_line=shown_end, total_lines=len(lines))
+
+
+def _header(file: TextFile) -> str:
+    if file.utf8:
+        return ""
+    return f"[note: {file.rel} is not valid UTF-8; undecodable bytes are shown as \ufffd]\n"
+
+
+def _line_range(start: int | None, end: int | None, total: int, rel: str) -> tuple[int, int, list[str]]:
+    """Check a requested range against the file; an end past the last line is clamped with a note."""
+    notes: list[str] = []
+    start = start or 1
+    if start > total:
+        raise ToolError(f"start_line {start} is past the end of {rel}, which has {total} lines; "
+                        f"pass a start_line between 1 and {total}")
+    if end is None:
+        return start, total, notes  # _fit_lines applies the line and character caps
+    if end < start:
+        raise ToolError(f"end_line {end} is before start_line {start}; pass start_line <= end_line")
+    if end > total:
+        notes.append(f"end_line {end} is past the end of the file, which has {total} lines")
+        end = total
+    return start, end, notes
+
+
+def _fit_lines(lines: list[str], start: int, end: int) -> int:
+    """The last line number that fits both the line cap and the character cap (at least `start`)."""
+    end = min(end, start + MAX_READ_LINES - 1)
+    budget = MAX_OUTPUT_CHARS - _NOTE_ROOM
+    for number in range(start, end + 1):
+        budget -= len(number_lines([lines[number - 1]], number)) + 1
+        if budget < 0:
+            return max(start, number - 1)
+    return end
+
+
+# --- list_files -----------------------------------------------------------------------------------
+
+SKIPPED_NAMES = frozenset({".git", "__pycache__", ".venv", "node_modules"})
+MAX_LIST_ENTRIES = 500
+
+
+@dataclass
+class _Listing:
+    max_entries: int
+    lines: list[str] = field(default_factory=list)
+    total: int = 0
+
+    def add(self, line: str) -> None:
+        self.total += 1
+        if len(self.lines) < self.max_entries:
+            self.lines.append(line)
+
+
+class ListFiles:
+    """A sorted tree of a folder, a few levels deep, without hidden and generated folders."""
+
+    name = "list_files"
+    description = (
+        "List files and folders as an indented tree (folders end with '/'), sorted by name, skipping hidden "
+        "entries, .git, __pycache__, .venv and node_modules. Default depth 2."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "path": {"type": "string", "description": "Folder relative to the workspace root (default '.')."},
+            "depth": {"type": "integer", "minimum": 1, "description": "How many levels to show (default 2)."},
+        },
+        "required": [],
+        "additionalProperties": False,
+    }
+    effect = Effect.PURE
+
+    def __init__(self, max_entries: int = MAX_LIST_ENTRIES) -> None:
+        self.max_entries = max_entries
+
+    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+        real = workspace.resolve(args.get("path") or ".")
+        rel = workspace.relative(real)
+        if not real.exists():
+            raise ToolError(f"folder not found: {args.get('path')}; use list_files on its parent to look around")
+        if not real.is_dir():
+            raise ToolError(f"{rel} is a file, not a folder; use read_file to read it")
+        depth = args.get("depth") or 2
+        listing = _Listing(self.max_entries)
+        await asyncio.to_thread(_walk, real, 1, depth, listing)
+        if listing.total == 0:
+            return observe(f"{rel}/ is empty (hidden and skipped entries aside).", path=rel, entries=0)
+        text = "\n".join([f"{rel}/", *listing.lines])
+        if listing.total > len(listing.lines):
+            text += (f"\n[showing {len(listing.lines)} of {listing.total} entries; list a subfolder "
+                     "or pass a smaller depth to see the rest]")
+        return observe(text, path=rel, entries=listing.total)
+
+
+def _walk(folder: Path, level: int, depth: int, listing: _Listing) -> None:
+    indent = "  " * level
+    try:
+        entries = sorted((e for e in os.scandir(folder) if _visible(e.name)), key=lambda e: e.name)
+    except OSError as exc:
+        listing.add(f"{indent}[cannot list: {exc.strerror}]")
+        return
+    for entry in entries:
+        if entry.is_symlink():
+            listing.add(f"{indent}{entry.name} -> {os.readlink(entry.path)}")
+        elif entry.is_dir():
+            listing.add(f"{indent}{entry.name}/")
+            if level < depth:
+                _walk(Path(entry.path), level + 1, depth, listing)
+        else:
+            listing.add(f"{indent}{entry.name}")
+
+
+def _visible(name: str) -> bool:
+    return not name.startswith(".") and name not in SKIPPED_NAMES

@@ -1,0 +1,123 @@
+"""run_tests: run the project's test command (detected, or given) with a timeout; deterministic output."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from sandbox import Workspace
+from tools.base import Effect, Observation, ToolError, observe
+
+DEFAULT_TEST_TIMEOUT = 300.0
+_PYTHON_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "pytest.ini", "tox.ini")
+_MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
+_MAKE_TEST_TARGET = re.compile(r"^test\s*:(?!=)", re.MULTILINE)
+
+# Wall-clock durations in test-runner summaries, masked so two runs of the same tests read the same.
+_DURATIONS = (
+    # pytest: "1 failed, 2 passed in 0.12s", "=== 3 passed in 65.20s (0:01:05) ===", "no tests ran in 0.01s"
+    (re.compile(r"(?m)^(.*\b(?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|no tests ran)\b.*?)"
+                r" in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d(?:\.\d+)?\))?"), r"\1 in <time>"),
+    # cargo: "test result: ok. 3 passed; 0 failed; ...; finished in 0.00s"
+    (re.compile(r"(test result: .*; finished in )\d+(?:\.\d+)?s"), r"\1<time>"),
+    # go: "ok  \texample.com/pkg\t0.003s", "--- FAIL: TestX (0.00s)"
+    (re.compile(r"(?m)^((?:ok|FAIL)\s+\S+\s+)\d+(?:\.\d+)?s"), r"\1<time>"),
+    (re.compile(r"(?m)^(\s*--- (?:PASS|FAIL|SKIP): .*) \(\d+(?:\.\d+)?s\)$"), r"\1 (<time>)"),
+)
+
+
+def mask_durations(text: str) -> str:
+    for pattern, replacement in _DURATIONS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def detect_test_command(root: Path) -> str | None:
+    """The project's test command, judged from the files at its root; None when nothing says."""
+    if any((root / marker).is_file() for marker in _PYTHON_MARKERS):
+        return _pytest_command(root)
+    if (root / "package.json").is_file():
+        return "npm test"
+    if (root / "Cargo.toml").is_file():
+        return "cargo test"
+    if (root / "go.mod").is_file():
+        return "go test ./..."
+    if _make_has_test_target(root):
+        return "make test"
+    if (root / "tests").is_dir():
+        return _pytest_command(root)
+    return None
+
+
+def _pytest_command(root: Path) -> str:
+    python = ".venv/bin/python" if (root / ".venv" / "bin" / "python").exists() else shlex.quote(sys.executable)
+    return f"{python} -m pytest -q"
+
+
+def _make_has_test_target(root: Path) -> bool:
+    for name in _MAKEFILES:
+        path = root / name
+        if path.is_file():
+            text = path.read_text(encoding="utf-8", errors="replace")
+            return _MAKE_TEST_TARGET.search(text) is not None
+    return False
+
+
+def deterministic_env() -> dict[str, str]:
+    """The caller's environment, made quiet and repeatable: no bytecode, no pytest cache, no colour."""
+    env = dict(os.environ)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTEST_ADDOPTS"] = f"{env.get('PYTEST_ADDOPTS', '')} -p no:cacheprovider".strip()
+    env["NO_COLOR"] = "1"
+    return env
+
+
+class RunTests:
+    """Run a test command through `bash -c` in the workspace root; the process group dies on timeout."""
+
+    name = "run_tests"
+    description = (
+        "Run the project's tests in the workspace root and show the exit code and output. Without command "
+        "it runs the detected test command (e.g. `python -m pytest -q`); pass command to run specific tests."
+    )
+    parameters: dict[str, Any] = {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string",
+                        "description": "Shell command to run instead, e.g. 'python -m pytest -q tests/test_x.py'."},
+        },
+        "required": [],
+        "additionalProperties": False,
+    }
+    effect = Effect.SANDBOXED
+
+    def __init__(self, timeout: float = DEFAULT_TEST_TIMEOUT, default_command: str | None = None) -> None:
+        self.timeout = timeout
+        self.default_command = default_command
+
+    def command_for(self, workspace: Workspace) -> str | None:
+        return self.default_command or detect_test_command(workspace.root)
+
+    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+        command = (args.get("command") or "").strip() or self.command_for(workspace)
+        if not command:
+            raise ToolError(
+                "no command given and no test command detected in the workspace (looked for pyproject.toml, "
+                "setup.py, setup.cfg, pytest.ini, tox.ini, package.json, Cargo.toml, go.mod, a Makefile with "
+                "a test target, a tests/ folder); pass command, e.g. 'python -m pytest -q'"
+            )
+        # Through the workspace, so that inside an Overlay the tests run in its copy-on-write view.
+        result = await workspace.run(["bash", "-c", command], timeout=self.timeout, env=deterministic_env())
+        text = f"$ {command}\n{mask_durations(result.text)}"
+        if not text.endswith("\n"):
+            text += "\n"
+        if result.timed_out:
+            text += f"[timed out after {self.timeout:g} s; the process group was killed]"
+            return observe(text, is_error=True, extra_cut=result.dropped_bytes, command=command, timed_out=True)
+        text += f"[exit code {result.exit_code}]"
+        return observe(text, exit_code=result.exit_code, extra_cut=result.dropped_bytes,
+                       command=command, timed_out=False)
