@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 
 from harness.engine.factory import ENGINES, EngineOptions, open_engine
 from harness.errors import EngineUnavailable, TaoError, UsageError
-from harness.events import Event, SessionEnd, TrajectoryWriter
+from harness.events import SessionEnd, TrajectoryWriter
 from harness.log import HumanLog
 from harness.session import Session, SessionConfig
 from sandbox import Workspace
@@ -154,6 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_session_flags(demo)
     add_engine_flags(demo)
     demo.set_defaults(func=cmd_demo)
+
+    from harness import cli_sandbox
+    from harness.bench import sandbox as bench_sandbox
+
+    cli_sandbox.register(sub)
+    bench = sub.add_parser("bench", help="measure Tao on this machine (JSON and a table)")
+    bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
+    bench_sandbox.register(bench_sub)
     return parser
 
 

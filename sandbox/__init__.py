@@ -1,6 +1,26 @@
 """The workspace and its copy-on-write overlays, workspace versions and process limits (stdlib only)."""
 
+from sandbox.changes import Change, ChangeKind
+from sandbox.errors import BackendUnavailable, OverlayClosed, SandboxError, SetupFailed
+from sandbox.limits import SPECULATIVE, Limits
+from sandbox.overlay import Overlay
 from sandbox.process import ProcessResult, run_process
+from sandbox.protocols import WorkspaceView
 from sandbox.workspace import Workspace, WorkspaceEscape
 
-__all__ = ["ProcessResult", "Workspace", "WorkspaceEscape", "run_process"]
+__all__ = [
+    "SPECULATIVE",
+    "BackendUnavailable",
+    "Change",
+    "ChangeKind",
+    "Limits",
+    "Overlay",
+    "OverlayClosed",
+    "ProcessResult",
+    "SandboxError",
+    "SetupFailed",
+    "Workspace",
+    "WorkspaceEscape",
+    "WorkspaceView",
+    "run_process",
+]

@@ -3,34 +3,98 @@
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from sandbox.process import ProcessResult, run_process
+from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, run_process
+from sandbox.watch import TreeWatcher
+
+if TYPE_CHECKING:
+    from sandbox.overlay import Overlay
 
 
 class WorkspaceEscape(ValueError):
     """A path that would leave the workspace (through `..`, an absolute path, or a symlink)."""
 
 
+def confine(root: Path, path: str | os.PathLike[str]) -> Path:
+    """The real path of `path` (relative to root, or absolute) if it stays inside root, else WorkspaceEscape."""
+    raw = Path(path)
+    candidate = raw if raw.is_absolute() else root / raw
+    real = Path(os.path.realpath(candidate))
+    if real != root and root not in real.parents:
+        raise WorkspaceEscape(
+            f"path {str(path)!r} resolves to {real}, outside the workspace {root}; use a path inside the workspace"
+        )
+    return real
+
+
+def relative_to(root: Path, path: Path) -> str:
+    """The root-relative spelling of a path inside root ('.' for root itself)."""
+    rel = path.relative_to(root).as_posix()
+    return rel or "."
+
+
 class Workspace:
     """The authoritative working tree of one session and its version.
 
-    The version counts authoritative changes: every mutating tool call bumps it, so a result computed
-    at version N is valid only while the version is still N.
+    The version counts changes: every authoritative mutating tool call bumps it (`bump`), and so does
+    a change made behind Tao's back, noticed by `refresh`. A result computed at version N is valid
+    only while the version is still N. Watching starts the first time the version is read.
     """
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(self, root: str | os.PathLike[str], *, watch: str = "auto") -> None:
         path = Path(root).expanduser()
         if not path.is_dir():
             raise FileNotFoundError(f"workspace {path} is not a directory; pass --repo with an existing directory")
+        if watch not in ("auto", "inotify", "stat"):
+            raise ValueError(f"watch={watch!r} is not one of auto, inotify, stat")
         self.root: Path = path.resolve()
-        self.version: int = 0
+        self._version = 0
+        self._watch_mode = watch
+        self._watcher: TreeWatcher | None = None
+
+    @property
+    def version(self) -> int:
+        """The current version; reading it starts watching for outside changes."""
+        self._watch()
+        return self._version
+
+    @property
+    def watch_mode(self) -> str:
+        """How outside changes are noticed: "inotify" or "stat" (a stat of every entry per refresh)."""
+        return self._watch().mode
 
     def bump(self) -> int:
-        """Record an authoritative change to the tree and return the new version."""
-        self.version += 1
-        return self.version
+        """Record an authoritative change to the tree and return the new version.
+
+        Call it after the change is complete: what changed up to now is Tao's own and will not be
+        counted again by `refresh`.
+        """
+        self._watch().mark()
+        self._version += 1
+        return self._version
+
+    def refresh(self) -> int:
+        """Bump the version if the tree changed behind Tao's back since the last bump or refresh."""
+        if self._watch().changed():
+            self._version += 1
+        return self._version
+
+    def close(self) -> None:
+        """Stop watching the tree (also done when the workspace is garbage-collected)."""
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
+
+    def _watch(self) -> TreeWatcher:
+        """The watcher, started on first use (its baseline is the tree at that moment)."""
+        if self._watcher is None:
+            self._watcher = TreeWatcher(self.root, self._watch_mode)
+            weakref.finalize(self, self._watcher.close)
+        return self._watcher
 
     def resolve(self, path: str | os.PathLike[str] = ".") -> Path:
         """Map a workspace-relative (or absolute, inside the root) path to a real path inside the root.
@@ -38,20 +102,17 @@ class Workspace:
         Symlinks are followed before the check, so a link pointing outside is refused like `..` is.
         The path need not exist yet (write_file creates files).
         """
-        raw = Path(path)
-        candidate = raw if raw.is_absolute() else self.root / raw
-        real = Path(os.path.realpath(candidate))
-        if real != self.root and self.root not in real.parents:
-            raise WorkspaceEscape(
-                f"path {str(path)!r} resolves to {real}, outside the workspace {self.root}; "
-                "use a path inside the workspace"
-            )
-        return real
+        return confine(self.root, path)
 
     def relative(self, path: Path) -> str:
         """The workspace-relative spelling of a path inside the root ('.' for the root itself)."""
-        rel = path.relative_to(self.root).as_posix()
-        return rel or "."
+        return relative_to(self.root, path)
+
+    def overlay(self, **options: Any) -> Overlay:
+        """A copy-on-write view of this workspace; use as `async with workspace.overlay() as ov:`."""
+        from sandbox.overlay import Overlay
+
+        return Overlay(self, **options)
 
     async def run(
         self,
@@ -59,9 +120,11 @@ class Workspace:
         *,
         timeout: float | None = None,
         env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> ProcessResult:
         """Run a command in the workspace root, in its own process group, killed on timeout.
 
         Overlays offer the same method, so a tool that runs commands through it can be speculated.
         """
-        return await run_process(argv, self.root, timeout=timeout, env=env)
+        return await run_process(argv, self.root, timeout=timeout, env=env, stdin=stdin, max_bytes=max_bytes)

@@ -1,0 +1,1 @@
+"""Benchmarks: `tao bench ...` commands that print JSON and a table."""

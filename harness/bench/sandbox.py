@@ -1,0 +1,185 @@
+"""`tao bench sandbox`: overlay create + destroy time against repository size, for every backend.
+
+For each size (files in a generated git repository with a few uncommitted changes) and each backend
+that works here, it times: creating the overlay (layers or copy), the first run of `true` inside it
+(namespaces and mounts included), and discarding it; the median of `--repeat` rounds. It also times
+`Workspace.refresh()` (noticing outside changes) with inotify and with stat snapshots.
+Prints JSON on stdout, then a table on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from sandbox import Overlay, Workspace
+from sandbox.backends import ORDER, unavailable
+from sandbox.probe import detect
+from sandbox.statedir import choose_base
+
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "tao", "GIT_AUTHOR_EMAIL": "tao@example.invalid",
+                "GIT_COMMITTER_NAME": "tao", "GIT_COMMITTER_EMAIL": "tao@example.invalid"}
+
+
+def make_repo(path: Path, files: int) -> Path:
+    """A git repo with `files` small files, 100 a directory, committed, plus ~1% modified and ~1% new."""
+    path.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        d = path / f"pkg{i // 100:03d}"
+        d.mkdir(exist_ok=True)
+        (d / f"mod{i:05d}.py").write_text(f"# module {i}\nVALUE = {i}\n\ndef f():\n    return VALUE * 2\n")
+    env = {**os.environ, **GIT_IDENTITY}
+    for argv in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "generated"]):
+        subprocess.run(argv, cwd=path, env=env, check=True, stdout=subprocess.DEVNULL)
+    for i in range(0, files, 100):
+        (path / f"pkg{i // 100:03d}" / f"mod{i:05d}.py").write_text(f"# changed {i}\n")
+        (path / f"pkg{i // 100:03d}" / f"new{i:05d}.py").write_text(f"# new {i}\n")
+    return path
+
+
+def ms(seconds: float) -> float:
+    """Seconds to milliseconds, rounded for tables."""
+    return round(seconds * 1000, 1)
+
+
+async def measure(workspace: Workspace, backend: str, state_dir: Path | None = None) -> dict[str, float]:
+    """One create / run `true` / discard round, in milliseconds."""
+    t0 = time.perf_counter()
+    overlay = await Overlay.create(workspace, backend=backend, state_dir=state_dir)
+    t1 = time.perf_counter()
+    result = await overlay.run(["true"])
+    t2 = time.perf_counter()
+    await overlay.discard()
+    t3 = time.perf_counter()
+    if result.exit_code != 0:
+        raise RuntimeError(f"`true` failed in the {backend} overlay: {result.text}")
+    return {"create_ms": ms(t1 - t0), "run_ms": ms(t2 - t1), "discard_ms": ms(t3 - t2), "total_ms": ms(t3 - t0)}
+
+
+async def measure_median(workspace: Workspace, backend: str, repeat: int,
+                         state_dir: Path | None = None) -> dict[str, float]:
+    """The median of each timing over `repeat` rounds."""
+    rounds = [await measure(workspace, backend, state_dir) for _ in range(max(1, repeat))]
+    return {key: round(statistics.median(r[key] for r in rounds), 1) for key in rounds[0]}
+
+
+def refresh_cost(root: Path, mode: str, repeat: int) -> dict[str, Any]:
+    """How long starting to watch and one refresh take with `mode` ("inotify" or "stat")."""
+    t0 = time.perf_counter()
+    workspace = Workspace(root, watch=mode)
+    workspace.refresh()
+    t1 = time.perf_counter()
+    times = []
+    for _ in range(max(1, repeat)):
+        t = time.perf_counter()
+        workspace.refresh()
+        times.append(time.perf_counter() - t)
+    workspace.close()
+    return {"watch": mode, "start_ms": ms(t1 - t0), "refresh_ms": round(statistics.median(times) * 1000, 2)}
+
+
+def machine() -> dict[str, Any]:
+    """The machine the numbers come from."""
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
+            "euid": os.geteuid(), "loadavg_1m": round(os.getloadavg()[0], 2)}
+
+
+async def bench(sizes: list[int], backends: list[str], repeat: int) -> dict[str, Any]:
+    """Every backend at every size; see the module docstring."""
+    rows: list[dict[str, Any]] = []
+    watch_rows: list[dict[str, Any]] = []
+    skipped: dict[str, str] = {}
+    load = round(os.getloadavg()[0], 2)
+    with tempfile.TemporaryDirectory(prefix="tao-bench-sandbox-") as tmp:
+        for files in sizes:
+            root = make_repo(Path(tmp) / f"repo{files}", files)
+            workspace = Workspace(root)
+            caps = await detect(choose_base(root))
+            for backend in backends:
+                reason = unavailable(backend, caps, root)
+                if reason is not None:
+                    skipped[backend] = reason
+                    continue
+                rows.append({"files": files, "backend": backend, **await measure_median(workspace, backend, repeat)})
+            for mode in ("inotify", "stat"):
+                watch_rows.append({"files": files, **refresh_cost(root, mode, repeat)})
+            workspace.close()
+    return {"benchmark": "sandbox", "repeat": repeat, "machine": {**machine(), "loadavg_1m_at_start": load},
+            "capabilities": caps.to_dict(),
+            "results": rows, "refresh": watch_rows, "skipped": skipped}
+
+
+def table(report: dict[str, Any]) -> str:
+    """A plain-text table of the results."""
+    lines = [f"{'files':>6}  {'backend':<15} {'create':>9} {'run true':>9} {'discard':>9} {'total':>9}"]
+    for r in report["results"]:
+        lines.append(f"{r['files']:>6}  {r['backend']:<15} {r['create_ms']:>7.1f}ms {r['run_ms']:>7.1f}ms "
+                     f"{r['discard_ms']:>7.1f}ms {r['total_ms']:>7.1f}ms")
+    lines.append("")
+    lines.append(f"{'files':>6}  {'watch':<8} {'start':>9} {'refresh':>9}")
+    for r in report["refresh"]:
+        lines.append(f"{r['files']:>6}  {r['watch']:<8} {r['start_ms']:>7.1f}ms {r['refresh_ms']:>7.2f}ms")
+    for name, reason in report["skipped"].items():
+        lines.append(f"skipped {name}: {reason}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `tao bench sandbox`."""
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    except ValueError:
+        print(f"tao bench sandbox: --sizes must be comma-separated integers, got {args.sizes!r}", file=sys.stderr)
+        return 2
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    unknown = [b for b in backends if b not in ORDER]
+    if unknown or not sizes:
+        print(f"tao bench sandbox: unknown backend(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}"
+              if unknown else "tao bench sandbox: give at least one size", file=sys.stderr)
+        return 2
+    report = asyncio.run(bench(sizes, backends, args.repeat))
+    print(json.dumps(report, indent=2))
+    print(table(report), file=sys.stderr)
+    return 0
+
+
+def register(bench_subparsers: argparse._SubParsersAction) -> None:
+    """Add `sandbox` to `tao bench`."""
+    parser = bench_subparsers.add_parser(
+        "sandbox", help="overlay create+destroy time against repository size, per backend",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--sizes", default="100,1000,10000", help="files per repository (default 100,1000,10000)")
+    parser.add_argument("--backends", default=",".join(ORDER), help=f"backends to time (default {','.join(ORDER)})")
+    parser.add_argument("--repeat", type=int, default=5, help="rounds per measurement; the median is kept (default 5)")
+    parser.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run without the `tao` CLI: python -m harness.bench.sandbox [options]."""
+    parser = argparse.ArgumentParser(prog="tao bench")
+    register(parser.add_subparsers(dest="bench", required=True))
+    args = parser.parse_args(["sandbox", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

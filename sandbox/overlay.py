@@ -1,0 +1,211 @@
+"""A copy-on-write view of the workspace at the workspace's own absolute path.
+
+    async with Overlay(workspace) as ov:           # or: ov = await Overlay.create(workspace)
+        result = await ov.run(["pytest", "-q"])     # same surface as Workspace.run
+        ov.changes()                                # what the run would have changed
+    # discarded: layers deleted, the real tree untouched
+
+Each `run` starts the sandbox stage (`enter.py`): private mount namespace with the backend's view
+mounted over the workspace path, private /tmp, no network, the rest of the file system read-only,
+its own process group (killed on timeout or cancel), rlimits and nice. Runs in one overlay share its
+layers, one at a time. See `sandbox.backends` for the backends and `sandbox.probe` for detection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from sandbox.backends import Backend, Layout, choose
+from sandbox.changes import Change
+from sandbox.cleanup import sweep_once
+from sandbox.errors import OverlayClosed
+from sandbox.limits import SPECULATIVE, Limits
+from sandbox.probe import Capabilities, detect
+from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult
+from sandbox.runner import run_in_sandbox
+from sandbox.statedir import choose_base, new_state_dir, remove_tree
+from sandbox.workspace import confine, relative_to
+
+if TYPE_CHECKING:
+    from sandbox.workspace import Workspace
+
+
+class Overlay:
+    """A throwaway copy-on-write view of a workspace; tools run in it as they would in the workspace."""
+
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        backend: str | None = None,
+        limits: Limits | None = None,
+        state_dir: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.workspace = workspace
+        self.version: int = workspace.version
+        self.root: Path = workspace.root
+        self.limits = limits or SPECULATIVE
+        self.skipped: dict[str, str] = {}  # better backends that do not work here, and why
+        self._requested = backend
+        self._state_dir = Path(state_dir) if state_dir is not None else None
+        self._backend: Backend | None = None
+        self._caps: Capabilities | None = None
+        self._layout: Layout | None = None
+        self._lock = asyncio.Lock()
+        self._running: set[asyncio.Future[ProcessResult]] = set()
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    @classmethod
+    async def create(cls, workspace: Workspace, **options: Any) -> Overlay:
+        """Make an overlay and its layers."""
+        return await cls(workspace, **options).open()
+
+    async def open(self) -> Overlay:
+        """Create the state dir and the backend's layers (idempotent)."""
+        async with self._lock:
+            if self._closed:
+                raise OverlayClosed("this overlay was discarded; create a new one")
+            if self._layout is not None:
+                return self
+            real_root = self.workspace.root
+            base = choose_base(real_root, self._state_dir)
+            await asyncio.to_thread(sweep_once, base)
+            caps = await detect(base)
+            backend, self.skipped = choose(caps, real_root, self._requested)
+            layout = Layout(new_state_dir(base, real_root, backend.name))
+            try:
+                for private in (layout.tmp, layout.vartmp):
+                    private.mkdir()
+                    private.chmod(0o1777)
+                await backend.prepare(real_root, layout, same_path=caps.mountns)
+            except BaseException:
+                await asyncio.to_thread(remove_tree, layout.state)
+                raise
+            self._caps, self._backend, self._layout = caps, backend, layout
+            self.root = real_root if self.same_path else layout.view
+            return self
+
+    async def discard(self) -> None:
+        """Kill any command still running in it, then delete its layers. Safe to call twice."""
+        self._closed = True
+        running = list(self._running)
+        for future in running:
+            future.cancel()
+        if running:
+            await asyncio.wait(running)
+        async with self._lock:
+            if self._layout is not None:
+                await asyncio.to_thread(remove_tree, self._layout.state)
+
+    close = discard
+
+    async def __aenter__(self) -> Overlay:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.discard()
+
+    # -- what it is ----------------------------------------------------------------------------------
+
+    @property
+    def backend(self) -> str:
+        """The backend's name ("overlayfs", "fuse-overlayfs", "git-worktree", "copy")."""
+        return self._backend.name if self._backend is not None else (self._requested or "")
+
+    @property
+    def same_path(self) -> bool:
+        """True when commands see the view at the workspace's own path (always, given a mount namespace)."""
+        return self._caps is not None and self._caps.mountns
+
+    @property
+    def state_path(self) -> Path | None:
+        """Where the layers live on the host (None before open)."""
+        return self._layout.state if self._layout is not None else None
+
+    @property
+    def isolation(self) -> dict[str, bool]:
+        """Which protections the runs get on this machine."""
+        caps = self._caps
+        if caps is None:
+            return {}
+        return {"mount_namespace": caps.mountns, "network": caps.netns and not self.limits.network,
+                "pid_namespace": caps.pidns, "readonly_rest": caps.readonly,
+                "private_tmp": caps.mountns and self.limits.private_tmp}
+
+    def current(self) -> bool:
+        """True while the workspace is still at this overlay's version (outside changes are checked first)."""
+        return self.workspace.refresh() == self.version
+
+    def resolve(self, path: str | os.PathLike[str] = ".") -> Path:
+        """Confine a path to the overlay's root, as Workspace.resolve does (symlinks seen from the host)."""
+        return confine(self.root, path)
+
+    def relative(self, path: Path) -> str:
+        """The root-relative spelling of a path inside the root."""
+        return relative_to(self.root, path)
+
+    # -- running -------------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin: bytes | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> ProcessResult:
+        """Run a command inside the overlay with the limits; killed (whole group) on timeout or cancel.
+
+        Raises OverlayClosed if the overlay is discarded meanwhile, SetupFailed if the sandbox cannot
+        be built, FileNotFoundError/PermissionError like Workspace.run when the program cannot run.
+        """
+        await self.open()
+        async with self._lock:
+            if self._closed:
+                raise OverlayClosed("this overlay was discarded; create a new one")
+            inner = asyncio.ensure_future(
+                run_in_sandbox(self._spec(), argv, timeout=self.limits.timeout if timeout is None else timeout,
+                               env=env, stdin=stdin, max_bytes=max_bytes)
+            )
+            self._running.add(inner)
+            try:
+                return await inner
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if self._closed and inner.cancelled() and task is not None and not task.cancelling():
+                    raise OverlayClosed("the overlay was discarded while the command ran; it was killed") from None
+                raise
+            finally:
+                self._running.discard(inner)
+
+    def changes(self) -> list[Change]:
+        """Every path the runs so far created, modified, deleted or touched, against the real tree."""
+        if self._closed:
+            raise OverlayClosed("this overlay was discarded; its changes are gone")
+        if self._backend is None or self._layout is None:
+            return []
+        return self._backend.changes(self.workspace.root, self._layout)
+
+    def _spec(self) -> dict[str, Any]:
+        """The stage spec for one run."""
+        assert self._caps is not None and self._backend is not None and self._layout is not None
+        caps, layout, root = self._caps, self._layout, self.workspace.root
+        spec = caps.namespace_spec(network=self.limits.network)
+        mounts: list[dict[str, Any]] = []
+        if caps.mountns:
+            if self.limits.private_tmp:
+                mounts.append({"type": "bind", "source": str(layout.tmp), "target": "/tmp"})
+                if os.path.isdir("/var/tmp"):
+                    mounts.append({"type": "bind", "source": str(layout.vartmp), "target": "/var/tmp"})
+                if os.path.isdir("/dev/shm"):
+                    mounts.append({"type": "tmpfs", "target": "/dev/shm", "size": str(self.limits.shm_bytes)})
+            mounts.extend(self._backend.mounts(root, layout))
+        spec.update(mounts=mounts, cwd=str(self.root), rlimits=self.limits.rlimits(), nice=self.limits.nice)
+        return spec

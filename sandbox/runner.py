@@ -1,0 +1,86 @@
+"""Run one command through the sandbox stage (`enter.py`) and turn a failed setup back into an exception."""
+
+from __future__ import annotations
+
+import errno as errnos
+import marshal
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from sandbox.errors import SetupFailed
+from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, run_process
+
+ENTER = Path(__file__).with_name("enter.py")
+MARKER = b"\0tao-sandbox "
+
+HINTS = {
+    "unshare": "this kernel or container forbids new namespaces (try `unshare -Urm true`); "
+    "the git-worktree or copy backend works without them",
+    "userns-map": "writing the user namespace's uid map was refused",
+    "proc": "a fresh /proc could not be mounted",
+    "loopback": "the loopback interface of the private network could not be brought up",
+    "readonly": "the rest of the file system could not be made read-only",
+    "map-back": "dropping back to your own uid inside the sandbox failed",
+    "pdeathsig": "the sandbox could not tie its life to Tao's",
+}
+
+
+def stage_argv(spec: Mapping[str, Any], argv: Sequence[str]) -> list[str]:
+    """The command line that runs `argv` inside the sandbox described by `spec`."""
+    if not argv:
+        raise ValueError("an empty command cannot be run; pass the program and its arguments")
+    return [sys.executable, "-I", "-S", str(ENTER), marshal.dumps(dict(spec)).hex(), "--", *argv]
+
+
+def failure(result: ProcessResult) -> dict[str, Any] | None:
+    """The stage's failure report, if the run failed before the command started."""
+    if result.exit_code not in (125, 126, 127):
+        return None
+    at = result.output.find(MARKER)
+    if at < 0:
+        return None
+    line = result.output[at + len(MARKER):].split(b"\n", 1)[0]
+    try:
+        report = marshal.loads(bytes.fromhex(line.decode("ascii")))
+    except (ValueError, EOFError, TypeError, UnicodeDecodeError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
+def raise_for(report: Mapping[str, Any], argv: Sequence[str]) -> None:
+    """Raise what a plain subprocess would (FileNotFoundError, PermissionError) or SetupFailed."""
+    err = int(report.get("errno") or 0)
+    if report.get("kind") == "exec":
+        raise OSError(err or errnos.ENOENT, os.strerror(err or errnos.ENOENT), argv[0])
+    step = str(report.get("step", "?"))
+    hint = HINTS.get(step, "")
+    if step.startswith("mount:"):
+        hint = (f"mounting {step[6:]} failed; run `tao sandbox check` to see which backend works here, "
+                "or choose another with backend=...")
+    detail = report.get("detail") or ""
+    raise SetupFailed(
+        f"sandbox setup failed at step {step!r}: {report.get('error') or 'error'}"
+        f"{f' ({detail})' if detail else ''}; {hint or 'run `tao sandbox check` for details'}",
+        step=step,
+        errno=err,
+    )
+
+
+async def run_in_sandbox(
+    spec: Mapping[str, Any],
+    argv: Sequence[str],
+    *,
+    timeout: float | None,
+    env: Mapping[str, str] | None,
+    stdin: bytes | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+) -> ProcessResult:
+    """Run `argv` in the sandbox; raises SetupFailed, or OSError when the program cannot be executed."""
+    result = await run_process(stage_argv(spec, argv), Path(spec.get("cwd") or "/"), timeout=timeout, env=env,
+                               stdin=stdin, max_bytes=max_bytes)
+    if (report := failure(result)) is not None:
+        raise_for(report, argv)
+    return result

@@ -1,0 +1,103 @@
+"""Limits of overlay runs: timeout, kill on cancel, CPU, memory, nice, no network, pid namespace."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sandbox import Limits, Overlay, Workspace
+from sandbox.probe import detect
+from tests.test_sandbox_support import await_until, make_repo, processes_with, state_base  # noqa: F401
+
+
+def token() -> str:
+    """A unique `sleep` duration, to find the process in /proc."""
+    return f"{300 + uuid.uuid4().int % 600}.{uuid.uuid4().int % 9973}"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Workspace:
+    return Workspace(make_repo(tmp_path / "ws"))
+
+
+async def test_timeout_kills_the_whole_group(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    t = token()
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run(["sh", "-c", f"sleep {t} & sleep {t}; wait"], timeout=1.0)
+    assert result.timed_out and result.exit_code is None
+    assert await await_until(lambda: not processes_with(f"sleep {t}"))
+
+
+async def test_cancel_kills_the_whole_group(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    t = token()
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        task = asyncio.ensure_future(overlay.run(["sh", "-c", f"sleep {t} & sleep {t}; wait"]))
+        assert await await_until(lambda: len(processes_with(f"sleep {t}")) == 2)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert await await_until(lambda: not processes_with(f"sleep {t}"))
+        assert (await overlay.run(["true"])).exit_code == 0  # still usable after a cancelled run
+
+
+async def test_processes_that_leave_the_group_die_with_the_run(workspace: Workspace,
+                                                               state_base: Path) -> None:  # noqa: F811
+    if not (await detect(state_base)).pidns:
+        pytest.skip("no pid namespace here: a process that calls setsid can outlive its run")
+    t = token()
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run(["sh", "-c", f"setsid sleep {t} > /dev/null 2>&1 & echo started"])
+    assert result.text == "started\n"
+    assert await await_until(lambda: not processes_with(f"sleep {t}"))
+
+
+async def test_cpu_limit(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    async with Overlay(workspace, state_dir=state_base, limits=Limits(cpu_seconds=1)) as overlay:
+        result = await overlay.run(["sh", "-c", "while :; do :; done"], timeout=60)
+    assert not result.timed_out
+    assert result.exit_code in (-24, -9)  # SIGXCPU at the soft limit, SIGKILL at the hard one
+
+
+async def test_memory_limit(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    limits = Limits(memory_bytes=200 << 20)
+    async with Overlay(workspace, state_dir=state_base, limits=limits) as overlay:
+        big = await overlay.run([sys.executable, "-c", "b = bytearray(600 << 20)"])
+        small = await overlay.run([sys.executable, "-c", "b = bytearray(20 << 20); print('ok')"])
+    assert big.exit_code == 1 and "MemoryError" in big.text
+    assert small.exit_code == 0 and small.text == "ok\n"
+
+
+async def test_low_priority(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run([sys.executable, "-c", "import os; print(os.nice(0))"])
+    assert int(result.text) == min(19, os.nice(0) + Limits().nice)
+
+
+async def test_no_network_but_loopback_works(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    if not (await detect(state_base)).netns:
+        pytest.skip("no network namespace here: speculative runs keep the host network")
+    script = ("import socket\n"
+              "names = [l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]]\n"
+              "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+              "c = socket.create_connection(s.getsockname()); c.sendall(b'hi')\n"
+              "a, _ = s.accept(); print(names, a.recv(2))\n")
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run([sys.executable, "-c", script])
+    assert result.text == "['lo'] b'hi'\n", result.text
+
+
+async def test_private_tmp(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    if not (await detect(state_base)).mountns:
+        pytest.skip("no mount namespace here: /tmp cannot be made private")
+    name = f"tao-private-{uuid.uuid4().hex}"
+    async with Overlay(workspace, state_dir=state_base) as overlay, Overlay(workspace, state_dir=state_base) as other:
+        result = await overlay.run(["sh", "-c", f"echo x > /tmp/{name} && echo y > /dev/shm/{name} && cat /tmp/{name}"])
+        again = await overlay.run(["cat", f"/tmp/{name}"])
+        elsewhere = await other.run(["sh", "-c", f"test -e /tmp/{name} || echo absent"])
+    assert result.text == "x\n" and again.text == "x\n" and elsewhere.text == "absent\n"
+    assert not Path("/tmp", name).exists() and not Path("/dev/shm", name).exists()
