@@ -1,0 +1,130 @@
+"""`tao traces import|stats|learn` and `tao bench predict`: trajectories in, patterns and numbers out.
+
+The lead wires `register(subparsers)` and `register_bench(bench_subparsers)` into harness/cli.py; each
+subcommand's `func` takes the parsed arguments and returns the exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+from harness.speculation.canonical import canonical
+from harness.speculation.model import PatternModel, default_model_path
+from harness.traces import FORMATS, ImportReport, load_sessions, write_session
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `tao traces` with its subcommands."""
+    traces = subparsers.add_parser("traces", help="import, inspect and learn from agent trajectories")
+    sub = traces.add_subparsers(dest="traces_command", required=True, metavar="SUBCOMMAND")
+
+    imp = sub.add_parser("import", help="convert trajectories of another agent into Tao trajectories")
+    imp.add_argument("src", type=Path, help="a trajectory file or a directory of them")
+    imp.add_argument("--from", dest="fmt", choices=sorted(FORMATS), help="the source format (default: recognised)")
+    imp.add_argument("--to", dest="out", type=Path, required=True, help="directory for the Tao .jsonl files")
+    imp.set_defaults(func=cmd_import)
+
+    stats = sub.add_parser("stats", help="sessions, calls and call kinds of a directory of trajectories")
+    stats.add_argument("dir", type=Path)
+    stats.add_argument("--from", dest="fmt", choices=sorted(FORMATS), help="the format (default: recognised)")
+    stats.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    stats.set_defaults(func=cmd_stats)
+
+    learn = sub.add_parser("learn", help="learn the pattern model the live session loads")
+    learn.add_argument("dir", type=Path, nargs="+", help="trajectory files or directories (any known format)")
+    learn.add_argument("--out", type=Path, default=None, help=f"model file (default {default_model_path()})")
+    learn.add_argument("--epochs", type=int, default=2, help="ranker training passes (default 2)")
+    learn.set_defaults(func=cmd_learn)
+
+
+def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:
+    """Add `tao bench predict`."""
+    bench = bench_subparsers.add_parser("predict", help="accuracy and latency coverage of the pattern analyzer")
+    bench.add_argument("--train", type=Path, required=True, help="trajectories to learn from")
+    bench.add_argument("--test", type=Path, required=True, help="trajectories to predict (same dir: split by id)")
+    bench.add_argument("--k", type=int, default=3, help="candidates per decision (default 3)")
+    bench.add_argument("--holdout", type=float, default=0.3,
+                       help="share of sessions tested when --train and --test are the same (default 0.3)")
+    bench.add_argument("--prefix-chars", type=int, default=8,
+                       help="argument characters known at moment (c) (default 8)")
+    bench.add_argument("--epochs", type=int, default=2, help="ranker training passes (default 2)")
+    bench.add_argument("--model", type=Path, help="use this learned model instead of learning from --train")
+    bench.add_argument("--save-model", type=Path, help="also save the learned model here")
+    bench.add_argument("--json", action="store_true", help="print only the JSON result")
+    bench.set_defaults(func=cmd_bench_predict)
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """`tao traces import`: write each session found as a Tao trajectory."""
+    report = ImportReport()
+    written = 0
+    for session in load_sessions(args.src, args.fmt, report):
+        write_session(session, args.out)
+        written += 1
+    _print_skipped(report)
+    print(f"imported {written} sessions ({report.actions} calls) into {args.out}", file=sys.stderr)
+    return 0 if written else 1
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """`tao traces stats`: sessions, calls and call kinds."""
+    report = ImportReport()
+    formats: Counter[str] = Counter()
+    kinds: Counter[str] = Counter()
+    tools: Counter[str] = Counter()
+    for session in load_sessions(args.dir, args.fmt, report):
+        formats[session.format] += 1
+        root = session.events[0].repo if session.events and hasattr(session.events[0], "repo") else ""
+        for event in session.events:
+            if event.type == "tool_call":
+                action = canonical(event.name, event.arguments, root)
+                kinds[action.kind] += 1
+                tools[action.tool] += 1
+    result = {"sessions": report.sessions, "calls": report.actions, "formats": dict(formats),
+              "kinds": dict(kinds.most_common()), "canonical_tools": dict(tools.most_common()),
+              "skipped_records": len(report.skipped)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(f"sessions {result['sessions']}, calls {result['calls']}, formats {dict(formats)}")
+        for kind, count in kinds.most_common():
+            print(f"  {kind:12}{count:7d}{count / max(report.actions, 1):8.1%}")
+        _print_skipped(report)
+    return 0
+
+
+def cmd_learn(args: argparse.Namespace) -> int:
+    """`tao traces learn`: learn the pattern model and save it."""
+    report = ImportReport()
+    sessions = [s.events for src in args.dir for s in load_sessions(src, report=report)]
+    if not sessions:
+        print("tao: no trajectories found", file=sys.stderr)
+        return 1
+    model = PatternModel.learn(sessions, epochs=args.epochs)
+    path = model.save(args.out or default_model_path())
+    _print_skipped(report)
+    print(f"learned from {len(sessions)} sessions ({report.actions} calls): {path}", file=sys.stderr)
+    return 0
+
+
+def cmd_bench_predict(args: argparse.Namespace) -> int:
+    """`tao bench predict`: the table on stderr, the JSON on stdout."""
+    from harness.bench import predict
+
+    result = predict.run(args.train, args.test, k=args.k, holdout=args.holdout, model_path=args.model,
+                         save_model=args.save_model, prefix_chars=args.prefix_chars, epochs=args.epochs)
+    if not args.json:
+        print(predict.table(result), file=sys.stderr)
+    print(predict.dump(result))
+    return 0 if result["actions"] else 1
+
+
+def _print_skipped(report: ImportReport, limit: int = 20) -> None:
+    for line in report.skipped[:limit]:
+        print(f"skipped {line}", file=sys.stderr)
+    if len(report.skipped) > limit:
+        print(f"... and {len(report.skipped) - limit} more skipped records", file=sys.stderr)

@@ -1,0 +1,118 @@
+"""The canonical action form: one spelling per effect, so equal actions compare equal.
+
+Structured Tao calls keep their tool and get normalised arguments (relative paths, no default values).
+Bash commands are normalised (whitespace, quoting) and, where that is unambiguous, mapped to the
+structured tool they amount to: `cat f` and `nl -ba f` are `read_file(path=f)`, `sed -n '5,9p' f` is
+`read_file(f, 5, 9)`, `grep -rn pat dir` is `grep(pat, dir)`, `pytest tests/x.py` is `run_tests(...)`,
+`cat <<'EOF' > f` is `write_file(f, ...)`. Every action also gets a `kind` (read, view, search, test,
+script, write, ...) for control-flow patterns and an effect class that says where it may be speculated.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from harness.speculation import shell
+from harness.speculation.action import (EDIT, FINISH, GIT, INSTALL, LIST, MUTATING, OTHER, READ, SANDBOXED,
+                                        SCRIPT, SEARCH, SHELL, TEST, UNKNOWN, VIEW, WRITE, WRITE_RUN, CLEANUP,
+                                        TOOL_KINDS, Action, make, norm_path, read_action, to_int)
+from harness.speculation.shellmap import command_kind, map_pipeline, map_simple, readonly
+
+__all__ = ["Action", "canonical", "canonical_bash", "make", "norm_path", "normalize_command", "read_action"]
+
+# Kind priority when a compound command does several things: the first one present names it.
+_PRIORITY = (TEST, SCRIPT, EDIT, WRITE, INSTALL, CLEANUP, SEARCH, VIEW, READ, LIST, GIT, SHELL)
+
+
+def canonical(name: str, arguments: dict[str, Any], root: str = "") -> Action:
+    """The canonical form of a call to tool `name` (a Tao tool or a foreign one)."""
+    args = arguments if isinstance(arguments, dict) else {}
+    if name == "bash":
+        return canonical_bash(str(args.get("command", "")), root)
+    if name == "read_file":
+        return read_action(norm_path(args.get("path"), root), to_int(args.get("start_line")),
+                           to_int(args.get("end_line")))
+    if name == "grep":
+        path = norm_path(args.get("path"), root) or None
+        return make("grep", {"pattern": str(args.get("pattern", "")), "path": path,
+                             "glob": args.get("glob") or None}, SEARCH)
+    if name in ("list_files", "outline", "edit_file", "write_file"):
+        clean = dict(args)
+        if "path" in clean or name != "list_files":
+            clean["path"] = norm_path(clean.get("path"), root) or None
+        if name == "list_files" and clean.get("depth") is not None:
+            clean["depth"] = to_int(clean["depth"])
+        return make(name, clean, TOOL_KINDS[name])
+    if name == "run_tests":
+        command = args.get("command")
+        return make("run_tests", {"command": normalize_command(command) if command else None}, TEST)
+    if name == "finish":
+        return make("finish", {}, FINISH)
+    return make(name, {k: v for k, v in sorted(args.items())}, OTHER, UNKNOWN)
+
+
+@lru_cache(maxsize=8192)
+def canonical_bash(command: str, root: str = "") -> Action:
+    """A bash command: a structured tool when it amounts to one, else normalised bash with its kind.
+
+    Cached: actions are treated as immutable (callers copy `args` before changing anything)."""
+    try:
+        commands = shell.parse(command)
+    except shell.ShellSyntax:
+        return make("bash", {"command": " ".join(command.split())}, _guess_kind(command), MUTATING)
+    commands = _drop_root_cd(commands, root)
+    if not commands:
+        return make("bash", {"command": ""}, SHELL, SANDBOXED)
+    structured = _structured(commands, root)
+    if structured is not None:
+        return structured
+    kinds = _kinds(commands)
+    kind = WRITE_RUN if WRITE in kinds and (TEST in kinds or SCRIPT in kinds) else next(
+        (k for k in _PRIORITY if k in kinds), SHELL)
+    effect = SANDBOXED if all(readonly(c) or command_kind(c) in (TEST, SCRIPT) for c in commands) else MUTATING
+    return make("bash", {"command": shell.render(commands)}, kind, effect)
+
+
+def normalize_command(command: str) -> str:
+    """A shell command in canonical spelling (as written when this reader cannot follow it)."""
+    try:
+        return shell.render(shell.parse(command))
+    except shell.ShellSyntax:
+        return " ".join(command.split())
+
+
+def _structured(commands: list[shell.Command], root: str) -> Action | None:
+    if len(commands) == 1:
+        return map_simple(commands[0], root)
+    if len(commands) == 2 and commands[0].joiner == "|":
+        return map_pipeline(commands[0], commands[1], root)
+    return None
+
+
+def _kinds(commands: list[shell.Command]) -> set[str]:
+    kinds = set()
+    for index, command in enumerate(commands):
+        piped = index > 0 and commands[index - 1].joiner == "|"
+        kind = command_kind(command)
+        if kind and not (piped and kind in (VIEW, SEARCH, READ, LIST)):
+            kinds.add(kind)
+    return kinds
+
+
+def _drop_root_cd(commands: list[shell.Command], root: str) -> list[shell.Command]:
+    """`cd <root> && x` is `x` for an agent whose commands already run at the root."""
+    if (root and len(commands) > 1 and commands[0].argv[:1] == ["cd"] and len(commands[0].argv) == 2
+            and commands[0].joiner == "&&" and norm_path(commands[0].argv[1], root) == ""
+            and commands[0].argv[1].startswith("/")):
+        return commands[1:]
+    return commands
+
+
+def _guess_kind(command: str) -> str:
+    """The kind of a command this reader cannot parse, from its first word."""
+    first = command.split(maxsplit=1)[0] if command.split() else ""
+    try:
+        return command_kind(shell.Command([shell.Word(first, first)])) or SHELL
+    except Exception:  # noqa: BLE001 - a guess only
+        return SHELL

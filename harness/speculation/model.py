@@ -1,0 +1,187 @@
+"""The learned pattern model: counts and weights mined from trajectories, saved as one small JSON file.
+
+    model = PatternModel.learn(sessions)      # counting pass, then the ranker trained by replay
+    model.save(path); PatternModel.load(path)
+
+It holds the control-flow counts (`KindModel`), the reasoning word model, the ranker's weights per
+moment, the line offsets agents view around a line they were pointed to, the habits common to many
+sessions (`git diff`, `ls`, finish), and the agents' usual Python interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.events import Event, LLMEnd, SessionStart, ToolCall, ToolResult
+from harness.speculation.action import TEST, VIEW, Action
+from harness.speculation.canonical import canonical
+from harness.speculation.controlflow import START, KindModel, WordModel, contexts
+from harness.speculation.extract import path_mentions, reasoning_part
+from harness.speculation.ranker import Ranker
+from harness.speculation.state import output_signal, split_test
+
+MODEL_VERSION = 1
+_HABIT_SHARE = 0.04  # a call is a habit when at least this share of sessions makes it
+_MAX_HABITS = 12
+
+
+def default_model_path() -> Path:
+    """Where the learned model lives: $XDG_CACHE_HOME/tao/patterns.json (default ~/.cache/tao)."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "tao" / "patterns.json"
+
+
+@dataclass
+class PatternModel:
+    """Everything the analyzer learned offline."""
+
+    kinds: KindModel = field(default_factory=KindModel)
+    words: WordModel = field(default_factory=WordModel)
+    ranker: Ranker = field(default_factory=Ranker)
+    anchors: list[tuple[int, int]] = field(default_factory=lambda: [(-5, 5), (0, 20)])
+    habits: list[dict[str, Any]] = field(default_factory=list)
+    interpreter: str = "python"
+    runners: list[str] = field(default_factory=lambda: ["pytest"])
+    sessions: int = 0
+
+    @classmethod
+    def learn(cls, sessions: Iterable[list[Event]], epochs: int = 2, seed: int = 0) -> PatternModel:
+        """Count patterns over `sessions`, then train the ranker by replaying them."""
+        data = [list(events) for events in sessions]
+        model = cls()
+        model.count(data)
+        from harness.speculation.replay import replay  # the same loop the benchmark runs
+        from harness.speculation.patterns import Analyzer
+
+        order = list(range(len(data)))
+        rng = random.Random(seed)
+        for epoch in range(epochs):
+            rng.shuffle(order)
+            rate = 0.3 / (1 + epoch)
+            for index in order:
+                replay(Analyzer(model, learn_rate=rate, shared=True), data[index])
+        return model
+
+    def count(self, sessions: list[list[Event]]) -> None:
+        """The counting pass: control flow, reasoning words, view offsets, habits, interpreter."""
+        offsets: Counter[tuple[int, int]] = Counter()
+        habit_sessions: Counter[str] = Counter()
+        habit_calls: dict[str, tuple[str, dict[str, Any]]] = {}
+        interpreters: Counter[str] = Counter()
+        runners: Counter[str] = Counter()
+        for events in sessions:
+            self.sessions += 1
+            keys = _count_session(self, events, offsets, interpreters, habit_calls)
+            habit_sessions.update(keys)
+            runners.update(_runners(events))
+        self.words.prune()
+        self.anchors = [pair for pair, _ in offsets.most_common(3)] or self.anchors
+        total = max(self.sessions, 1)
+        self.habits = [{"name": habit_calls[key][0], "arguments": habit_calls[key][1],
+                        "share": round(count / total, 4)}
+                       for key, count in habit_sessions.most_common(_MAX_HABITS) if count / total >= _HABIT_SHARE]
+        if interpreters:
+            self.interpreter = interpreters.most_common(1)[0][0]
+        if runners:
+            self.runners = [runner for runner, _ in runners.most_common(2)]
+
+    def to_json(self) -> dict[str, Any]:
+        """The model as a JSON object."""
+        return {"version": MODEL_VERSION, "sessions": self.sessions, "interpreter": self.interpreter,
+                "runners": self.runners,
+                "anchors": self.anchors, "habits": self.habits, "ranker": self.ranker.to_json(),
+                "kinds": self.kinds.to_json(), "words": self.words.to_json()}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> PatternModel:
+        """A model from its JSON object; ValueError for another version."""
+        if data.get("version") != MODEL_VERSION:
+            raise ValueError(f"pattern model version {data.get('version')} is not {MODEL_VERSION}")
+        words = data.get("words") or {}
+        return cls(KindModel(data.get("kinds")), WordModel(words.get("counts"), words.get("totals")),
+                   Ranker(data.get("ranker")), [tuple(p) for p in data.get("anchors", [])],
+                   list(data.get("habits", [])), str(data.get("interpreter", "python")),
+                   list(data.get("runners", ["pytest"])), int(data.get("sessions", 0)))
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the model atomically (a temporary file, then a rename)."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_json(), separators=(",", ":")), encoding="utf-8")
+        tmp.replace(target)
+        return target
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> PatternModel:
+        """Read a saved model (a few hundred kB, a few ms)."""
+        return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+def _count_session(model: PatternModel, events: list[Event], offsets: Counter[tuple[int, int]],
+                   interpreters: Counter[str], habit_calls: dict[str, tuple[str, dict[str, Any]]]) -> set[str]:
+    """Count one session into the model; returns the keys it called (for habits)."""
+    root, text, keys = "", "", set()
+    history: list[tuple[Action, bool | None, str]] = []
+    last_mentions: list[tuple[str, int | None]] = []
+    for event in events:
+        if isinstance(event, SessionStart):
+            root = event.repo
+        elif isinstance(event, LLMEnd):
+            text = event.text
+        elif isinstance(event, ToolCall):
+            action = canonical(event.name, event.arguments, root)
+            k1 = history[-1] if history else None
+            k2 = history[-2][0].kind if len(history) > 1 else START
+            ctx = contexts(k2, k1[0].kind if k1 else START, status(k1[1] if k1 else None), k1[2] if k1 else "none")
+            model.kinds.add(ctx, action.kind)
+            model.words.add(reasoning_part(text, str(event.arguments.get("command", ""))), action.kind)
+            history.append((action, None, "none"))
+            keys.add(action.key)
+            habit_calls.setdefault(action.key, (action.tool, dict(event.arguments) if action.tool == "bash"
+                                                else dict(action.args)))
+            _count_offsets(action, last_mentions, offsets)
+            word = str(event.arguments.get("command", "")).split(maxsplit=1)[:1]
+            if action.kind == "script" and word and word[0].startswith("python"):
+                interpreters[word[0]] += 1
+        elif isinstance(event, ToolResult) and history:
+            ok = (not event.is_error) if event.exit_code is None else event.exit_code == 0
+            history[-1] = (history[-1][0], ok, output_signal(event.output, not event.output.strip()))
+            last_mentions = path_mentions(event.output[:20_000], root)
+    return keys
+
+
+def _runners(events: list[Event]) -> set[str]:
+    """The test runners a session used (each counted once per session)."""
+    root = next((e.repo for e in events if isinstance(e, SessionStart)), "")
+    found = set()
+    for event in events:
+        if isinstance(event, ToolCall):
+            action = canonical(event.name, event.arguments, root)
+            if action.kind == TEST and action.args.get("command"):
+                runner, target = split_test(str(action.args["command"]))
+                if target:
+                    found.add(runner)
+    return found
+
+
+def _count_offsets(action: Action, mentions: list[tuple[str, int | None]], offsets: Counter[tuple[int, int]]) -> None:
+    if action.kind != VIEW or action.tool != "read_file" or action.args.get("end_line") is None:
+        return
+    lines = [line for path, line in mentions if line is not None and path == action.path]
+    if lines:
+        start = action.args.get("start_line") or 1
+        anchor = min(lines, key=lambda line: abs(line - start))
+        offsets[(start - anchor, action.args["end_line"] - anchor)] += 1
+
+
+def status(ok: bool | None) -> str:
+    """How the last call ended, as a control-flow context word."""
+    return "na" if ok is None else ("ok" if ok else "fail")

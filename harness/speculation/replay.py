@@ -1,0 +1,79 @@
+"""Replaying a recorded session through an analyzer, one event at a time, predicting before each call.
+
+This loop is how the analyzer is trained and benchmarked, and it is what makes "never look ahead"
+structural: events come from an iterator; a call is predicted at moments (a), (b) and (c) before the
+analyzer is fed the model answer that holds it (its `llm_end`) or the call itself. At (b) the analyzer
+gets only the reasoning written before the call; at (c) also the call's name and the first
+`prefix_chars` characters of its first argument.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from harness.events import Event, LLMEnd, SessionStart, ToolCall
+from harness.speculation.action import Action
+from harness.speculation.canonical import canonical
+from harness.speculation.extract import reasoning_part
+from harness.speculation.patterns import Analyzer, Candidate, Partial
+from harness.speculation.prefix import first_value
+
+PREFIX_CHARS = 8
+
+
+@dataclass
+class Decision:
+    """The predictions made for one real call, before it was seen."""
+
+    index: int
+    call: ToolCall
+    action: Action
+    predictions: dict[str, list[Candidate]] = field(default_factory=dict)  # by probability, per moment
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def top(self, moment: str, k: int, order: str = "probability") -> list[Candidate]:
+        """The first `k` candidates at `moment`, by probability or by utility (as the scheduler launches)."""
+        ranked = self.predictions.get(moment, [])
+        if order == "utility":
+            ranked = sorted(ranked, key=lambda c: -c.utility)
+        return ranked[:k]
+
+
+def replay(analyzer: Analyzer, events: Iterable[Event], k: int = 12, prefix_chars: int = PREFIX_CHARS,
+           on_decision: Callable[[Decision], None] | None = None) -> list[Decision]:
+    """Feed `events` to `analyzer` in order, predicting every call at the three moments first."""
+    decisions: list[Decision] = []
+    held: LLMEnd | None = None
+    text, root = "", ""
+    for event in events:
+        if isinstance(event, SessionStart):
+            root = event.repo
+        if isinstance(event, LLMEnd):
+            held, text = event, event.text
+            continue
+        if isinstance(event, ToolCall):
+            decision = _decide(analyzer, event, canonical(event.name, event.arguments, root), text, k, prefix_chars)
+            decision.index = len(decisions)
+            decisions.append(decision)
+            if on_decision is not None:
+                on_decision(decision)
+        if held is not None:
+            analyzer.observe(held)
+            held = None
+        analyzer.observe(event)
+    return decisions
+
+
+def _decide(analyzer: Analyzer, call: ToolCall, action: Action, text: str, k: int, prefix_chars: int) -> Decision:
+    command = call.arguments.get("command") if isinstance(call.arguments.get("command"), str) else None
+    reasoning = reasoning_part(text, command)
+    decision = Decision(0, call, action)
+    partials = {"a": None, "b": Partial(reasoning),
+                "c": Partial(reasoning, call.name, first_value(call.arguments)[:prefix_chars])}
+    for moment, partial in partials.items():
+        started = time.perf_counter()
+        decision.predictions[moment] = analyzer.predict(moment, partial, k, order="probability")
+        decision.seconds[moment] = time.perf_counter() - started
+    return decision

@@ -1,0 +1,162 @@
+"""Importer for Claude Code session transcripts (JSONL, one record per line).
+
+Assistant records carry `message.content[]` items, among them `{type: "tool_use", id, name, input}`;
+user records carry `{type: "tool_result", tool_use_id, content}`; every record has an ISO `timestamp`.
+Consecutive assistant records form one model turn. Claude Code's tools become Tao calls where they
+amount to one (Bash, Read, Grep, LS, Edit, Write); others (Glob, Task, TodoWrite, ...) keep their name.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from harness.traces.common import Imported, ImportReport, SessionBuilder
+
+FORMAT = "claude-code"
+_QUIET_TYPES = {"summary", "system", "file-history-snapshot", "queue-operation"}
+
+
+@dataclass
+class _Turn:
+    text: str = ""
+    t: float | None = None
+    uses: list[dict[str, Any]] = field(default_factory=list)
+
+
+def sniff(path: Path, head: str) -> bool:
+    """A .jsonl of records with `message` and a session id."""
+    return path.suffix == ".jsonl" and '"message"' in head and ('"sessionId"' in head or '"uuid"' in head)
+
+
+def load(path: Path, report: ImportReport) -> list[Imported]:
+    """One session per `sessionId` in the file; damaged or unknown records are reported and skipped."""
+    records: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        report.skip(str(path), f"unreadable ({exc})")
+        return []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            report.skip(f"{path}:{number}", f"damaged JSON ({exc.msg})")
+            continue
+        if not isinstance(record, dict):
+            report.skip(f"{path}:{number}", "not a JSON object")
+            continue
+        if record.get("type") in _QUIET_TYPES:
+            continue
+        records.setdefault(str(record.get("sessionId") or path.stem), []).append((number, record))
+    return [s for sid, recs in records.items() if (s := _session(sid, recs, path, report))]
+
+
+def to_tao_call(name: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """A Claude Code tool call as a Tao call (name, arguments)."""
+    get = tool_input.get
+    if name == "Bash" and isinstance(get("command"), str):
+        return "bash", {"command": get("command")}
+    if name == "Read" and get("file_path"):
+        start, limit = get("offset"), get("limit")
+        if start is None and limit is None:
+            return "read_file", {"path": get("file_path")}
+        first = int(start or 1)
+        return "read_file", {"path": get("file_path"), "start_line": first,
+                             **({"end_line": first + int(limit) - 1} if limit else {})}
+    if name == "Grep" and get("pattern"):
+        pattern = f"(?i){get('pattern')}" if get("-i") else get("pattern")
+        glob = get("glob") or (f"*.{get('type')}" if get("type") else None)
+        return "grep", {"pattern": pattern, **({"path": get("path")} if get("path") else {}),
+                        **({"glob": glob} if glob else {})}
+    if name == "LS" and get("path"):
+        return "list_files", {"path": get("path"), "depth": 1}
+    if name == "Edit" and get("file_path") and not get("replace_all"):
+        return "edit_file", {"path": get("file_path"), "old": get("old_string", ""), "new": get("new_string", "")}
+    if name == "Write" and get("file_path"):
+        return "write_file", {"path": get("file_path"), "content": get("content", "")}
+    return name, dict(tool_input)
+
+
+def _session(session_id: str, records: list[tuple[int, dict[str, Any]]], path: Path,
+             report: ImportReport) -> Imported | None:
+    turns, results, task, cwd, t0 = [], {}, "", "", None
+    for number, record in records:
+        kind, message = record.get("type"), record.get("message")
+        t = _time(record.get("timestamp"))
+        t0 = t if t0 is None and t is not None else t0
+        cwd = cwd or str(record.get("cwd") or "")
+        rel = t - t0 if t is not None and t0 is not None else None
+        if kind not in ("user", "assistant") or not isinstance(message, dict):
+            report.skip(f"{path}:{number}", f"unknown record type {kind!r}")
+            continue
+        content = message.get("content")
+        items = content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
+        if kind == "assistant":
+            if not turns or turns[-1] is None:
+                turns.append(_Turn())
+            _add_assistant(turns[-1], items, rel)
+            continue
+        if turns and turns[-1] is not None:
+            turns.append(None)  # a user record closes the turn
+        for item in items:
+            if isinstance(item, dict) and item.get("type") == "tool_result":
+                results[str(item.get("tool_use_id"))] = (_text(item.get("content")), bool(item.get("is_error")), rel)
+            elif isinstance(item, dict) and item.get("type") == "text" and not task:
+                task = str(item.get("text") or "")
+    real = [turn for turn in turns if turn is not None]
+    if not real:
+        report.skip(str(path), f"session {session_id} has no assistant turns")
+        return None
+    builder = SessionBuilder(session_id, task, cwd, FORMAT)
+    for turn in real:
+        _emit(builder, turn, results, f"{path}", report)
+    return Imported(session_id, str(path), FORMAT, builder.end("finished", "transcript ended").events)
+
+
+def _add_assistant(turn: _Turn, items: list[Any], t: float | None) -> None:
+    turn.t = t if t is not None else turn.t
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "text":
+            turn.text += str(item.get("text") or "")
+        elif item.get("type") == "tool_use" and isinstance(item.get("input"), dict):
+            turn.uses.append(item)
+
+
+def _emit(builder: SessionBuilder, turn: _Turn, results: dict[str, tuple[str, bool, float | None]], where: str,
+          report: ImportReport) -> None:
+    native = [{"id": u.get("id"), "type": "function",
+               "function": {"name": u.get("name"), "arguments": json.dumps(u.get("input"))}} for u in turn.uses]
+    builder.turn(turn.text, turn.t, native or None)
+    for use in turn.uses:
+        name, arguments = to_tao_call(str(use.get("name") or ""), use["input"])
+        call_id = builder.call(name, arguments, str(use.get("id") or "") or None)
+        found = results.get(str(use.get("id")))
+        if found is None:
+            report.skip(f"{where}: tool_use {use.get('id')}", "no tool_result recorded")
+            builder.result(call_id, "", None, True)
+            continue
+        output, is_error, t = found
+        builder.result(call_id, output, None, is_error, t=t)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else ""
+
+
+def _time(stamp: Any) -> float | None:
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

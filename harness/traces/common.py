@@ -1,0 +1,108 @@
+"""What every importer shares: a builder of Tao events for one session and a report of what was skipped."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.events import (Event, FormatError, LLMEnd, LLMFirstToken, LLMStart, SessionEnd, SessionStart, ToolCall,
+                            ToolResult)
+from harness.speculation.action import TOOL_EFFECTS, changes_workspace
+from harness.speculation.canonical import canonical
+
+TAO_TOOLS = ["bash", "edit_file", "finish", "grep", "list_files", "outline", "read_file", "run_tests", "write_file"]
+
+
+@dataclass
+class ImportReport:
+    """Sessions imported and records skipped (unknown or damaged), each with where and why."""
+
+    sessions: int = 0
+    actions: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+    def skip(self, where: str, why: str) -> None:
+        """Record a skipped record: where it was and why it was skipped."""
+        self.skipped.append(f"{where}: {why}")
+
+
+@dataclass
+class Imported:
+    """One session in Tao's event schema, with the file it came from."""
+
+    session_id: str
+    source: str
+    format: str
+    events: list[Event]
+
+
+class SessionBuilder:
+    """Builds the event list of one session step by step; times are seconds since the session start.
+
+    Imported calls get Tao's effect class of their tool name, and the workspace version goes up after
+    every call that may change files (mutating calls and scripts), as Tao's own sessions count it.
+    """
+
+    def __init__(self, session_id: str, task: str, repo: str, source_format: str, started_at: str = "",
+                 config: dict[str, Any] | None = None) -> None:
+        self.session_id, self.repo = session_id, repo
+        self.events: list[Event] = [SessionStart(0.0, session_id, task, repo, f"import:{source_format}", TAO_TOOLS,
+                                                 {"source_format": source_format, **(config or {})}, started_at)]
+        self.step, self.version, self.calls, self.t = 0, 0, 0, 0.0
+        self._open: dict[str, ToolCall] = {}
+
+    def at(self, t: float | None) -> float:
+        """Advance the clock to `t` (never backwards); None keeps it."""
+        if t is not None and t > self.t:
+            self.t = round(t, 6)
+        return self.t
+
+    def turn(self, text: str, t: float | None = None, native: list[dict[str, Any]] | None = None,
+             output_tokens: int = 0, prompt_tokens: int = 0) -> int:
+        """One model answer: llm_start, llm_first_token and llm_end with its full text."""
+        self.step += 1
+        request_id = f"{self.session_id}-{self.step}"
+        start = self.t
+        self.events.append(LLMStart(start, self.step, request_id, 2 * self.step))
+        self.events.append(LLMFirstToken(start, self.step, request_id))
+        end = self.at(t)
+        self.events.append(LLMEnd(end, self.step, request_id, text, native, "stop", prompt_tokens, 0, output_tokens))
+        return self.step
+
+    def call(self, name: str, arguments: dict[str, Any], call_id: str | None = None) -> str:
+        """A tool call of the current step; returns its call id."""
+        self.calls += 1
+        call_id = call_id or f"call_{self.step}_{self.calls}"
+        event = ToolCall(self.t, self.step, call_id, name, arguments, TOOL_EFFECTS.get(name, "unknown"))
+        self.events.append(event)
+        self._open[call_id] = event
+        return call_id
+
+    def result(self, call_id: str, output: str, exit_code: int | None = None, is_error: bool = False,
+               duration: float = 0.0, truncated: int = 0, t: float | None = None) -> None:
+        """The observation of an open call."""
+        call = self._open.pop(call_id)
+        if changes_workspace(canonical(call.name, call.arguments, self.repo)):
+            self.version += 1
+        self.at(t if t is not None else self.t + duration)
+        self.events.append(ToolResult(self.t, call.step, call_id, call.name, output, is_error, exit_code, truncated,
+                                      self.version, round(duration, 6)))
+
+    def format_error(self, error: str) -> None:
+        """An answer without a usable call."""
+        self.events.append(FormatError(self.t, self.step, error))
+
+    def end(self, status: str, reason: str, summary: str = "", submission: str = "") -> Imported:
+        """Close the session with session_end and return it."""
+        self.events.append(SessionEnd(self.t, status, reason, summary, self.step, submission))
+        return Imported(self.session_id, "", "", self.events)
+
+
+def write_session(session: Imported, out_dir: Path) -> Path:
+    """Write one imported session as `<out_dir>/<session_id>.jsonl` (replacing an older import)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in session.session_id) or "session"
+    path = out_dir / f"{safe}.jsonl"
+    path.write_text("".join(event.to_json() + "\n" for event in session.events), encoding="utf-8")
+    return path

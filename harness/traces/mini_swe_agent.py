@@ -1,0 +1,139 @@
+"""Importer for mini-swe-agent trajectories (`*.traj.json`, `trajectory_format: mini-swe-agent-1`).
+
+Each assistant message holds reasoning and one ```bash block; the next user message holds
+`<returncode>N</returncode><output>...</output>` (or a head/tail of a long output). The block becomes a
+Tao `bash` call; the submit command (`echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT ...`) becomes `finish`,
+and an answer without exactly one block becomes a format_error. Times come from the model responses'
+`created` stamps; mini-swe-agent records no tool timings.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from harness.traces.common import Imported, ImportReport, SessionBuilder
+
+FORMAT = "mini-swe-agent"
+_ACTION = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
+_RETURNCODE = re.compile(r"<returncode>(-?\d+)</returncode>")
+_SUBMIT = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINAL_OUTPUT")
+_TASK = re.compile(r"<pr_description>\s*(?:Consider the following PR description:\s*)?(.*?)\s*</pr_description>",
+                   re.DOTALL)
+
+
+def sniff(path: Path, head: str) -> bool:
+    """A `*.traj.json`, or JSON that names the mini-swe-agent format."""
+    return path.name.endswith(".traj.json") or '"mini-swe-agent' in head
+
+
+def load(path: Path, report: ImportReport) -> list[Imported]:
+    """The one session of a mini-swe-agent trajectory file (none if it is unreadable)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        report.skip(str(path), f"not a JSON file ({exc})")
+        return []
+    if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+        report.skip(str(path), "no 'messages' list: not a mini-swe-agent trajectory")
+        return []
+    info = data.get("info") if isinstance(data.get("info"), dict) else {}
+    environment = ((info.get("config") or {}).get("environment") or {}) if isinstance(info.get("config"), dict) else {}
+    messages = [m for m in data["messages"] if isinstance(m, dict)]
+    session_id = str(data.get("instance_id") or path.name.removesuffix(".traj.json"))
+    builder = SessionBuilder(session_id, _task(messages), str(environment.get("cwd") or ""), FORMAT,
+                             config={"instance_id": data.get("instance_id")})
+    t0 = _first_created(messages)
+    submitted = _replay(messages, builder, t0, f"{path}", report)
+    status = "finished" if submitted is not None else "limit"
+    reason = str(info.get("exit_status") or "")
+    session = builder.end(status, reason, "", str(info.get("submission") or submitted or ""))
+    return [Imported(session_id, str(path), FORMAT, session.events)]
+
+
+def _replay(messages: list[dict[str, Any]], builder: SessionBuilder, t0: float | None, where: str,
+            report: ImportReport) -> str | None:
+    """Emit the steps; returns the submission text when the agent submitted."""
+    index = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
+    while index < len(messages):
+        message = messages[index]
+        index += 1
+        if message.get("role") != "assistant":
+            continue
+        text = _content(message)
+        builder.turn(text, _created(message, t0), output_tokens=_usage(message))
+        reply = messages[index] if index < len(messages) and messages[index].get("role") == "user" else None
+        actions = _ACTION.findall(text)
+        if len(actions) != 1:
+            builder.format_error(_content(reply) if reply else "no action")
+            index += reply is not None
+            continue
+        command = actions[0]
+        if command.lstrip().startswith(tuple(f"echo {word}" for word in _SUBMIT)):
+            builder.call("finish", {"summary": ""})
+            return _content(reply) if reply else ""
+        call_id = builder.call("bash", {"command": command})
+        if reply is None:
+            report.skip(f"{where}: message {index}", "a command without an observation")
+            builder.result(call_id, "", None, True)
+            continue
+        output, code, cut = parse_observation(_content(reply))
+        builder.result(call_id, output, code, code not in (0, None), truncated=cut)
+        index += 1
+    return None
+
+
+def parse_observation(text: str) -> tuple[str, int | None, int]:
+    """(output, exit code, characters elided) of a `<returncode>..<output>..` observation."""
+    match = _RETURNCODE.search(text)
+    code = int(match.group(1)) if match else None
+    full = re.search(r"<output>\n?(.*?)</output>", text, re.DOTALL)
+    if full:
+        return full.group(1), code, 0
+    head = re.search(r"<output_head>\n?(.*?)</output_head>", text, re.DOTALL)
+    tail = re.search(r"<output_tail>\n?(.*?)</output_tail>", text, re.DOTALL)
+    elided = re.search(r"<elided_chars>\s*(\d+)", text)
+    if head or tail:
+        cut = int(elided.group(1)) if elided else 0
+        note = f"\n[... {cut} characters elided ...]\n"
+        return (head.group(1) if head else "") + note + (tail.group(1) if tail else ""), code, cut
+    return text, code, 0
+
+
+def _task(messages: list[dict[str, Any]]) -> str:
+    first = next((m for m in messages if m.get("role") == "user"), None)
+    text = _content(first) if first else ""
+    match = _TASK.search(text)
+    return match.group(1) if match else text
+
+
+def _content(message: dict[str, Any] | None) -> str:
+    content = (message or {}).get("content", "")
+    if isinstance(content, list):  # content parts
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content if isinstance(content, str) else str(content)
+
+
+def _response(message: dict[str, Any]) -> dict[str, Any]:
+    extra = message.get("extra")
+    response = extra.get("response") if isinstance(extra, dict) else None
+    return response if isinstance(response, dict) else {}
+
+
+def _first_created(messages: list[dict[str, Any]]) -> float | None:
+    stamps = [_response(m).get("created") for m in messages if m.get("role") == "assistant"]
+    stamps = [s for s in stamps if isinstance(s, (int, float))]
+    return float(min(stamps)) if stamps else None
+
+
+def _created(message: dict[str, Any], t0: float | None) -> float | None:
+    stamp = _response(message).get("created")
+    return float(stamp) - t0 if t0 is not None and isinstance(stamp, (int, float)) else None
+
+
+def _usage(message: dict[str, Any]) -> int:
+    usage = _response(message).get("usage")
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return int(tokens) if isinstance(tokens, int) else 0

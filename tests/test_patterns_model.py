@@ -1,0 +1,137 @@
+"""Learning patterns from trajectories, online learning, the saved model, and `tao bench predict`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import cli_traces
+from harness.bench import predict
+from harness.events import Event
+from harness.speculation.canonical import canonical_bash
+from harness.speculation.model import PatternModel
+from harness.speculation.patterns import Analyzer
+from harness.traces import load_sessions, write_session
+from tests.test_patterns_dataflow import Script
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+MINI = SHARED / "mini-swe-agent-gemini-3-pro-swebench-verified"
+
+
+def habit_session(n: int) -> list[Event]:
+    """An agent with habits: list, write a script, run it, edit, run it again, view the diff."""
+    script = Script(f"Fix bug {n} in `pkg/mod{n}.py`", session_id=f"session-{n}")
+    script.bash("ls -la", "pkg\nsetup.py\n")
+    script.bash(f"cat pkg/mod{n}.py", "def f():\n    return 1\n")
+    script.bash(f"cat <<'EOF' > repro{n}.py\nimport pkg\nEOF", "")
+    script.bash(f"python repro{n}.py", "Traceback (most recent call last):\nValueError", 1)
+    script.bash(f"sed -i 's/1/2/' pkg/mod{n}.py", "")
+    script.bash(f"python repro{n}.py", "ok")
+    script.bash("git diff", "diff --git a/pkg")
+    return script.events
+
+
+def test_learned_habits_rank_first(tmp_path: Path) -> None:
+    model = PatternModel.learn([habit_session(n) for n in range(12)], epochs=2)
+    analyzer = Analyzer(model)
+    hits = 0
+    events = habit_session(99)
+    from harness.speculation.replay import replay
+
+    decisions = replay(analyzer, events)
+    hits = sum(d.predictions["a"][0].key == d.action.key for d in decisions)
+    assert decisions[0].predictions["a"][0].key == canonical_bash("ls -la").key
+    assert decisions[3].predictions["a"][0].key == canonical_bash("python repro99.py").key  # run what was written
+    assert decisions[5].predictions["a"][0].key == canonical_bash("python repro99.py").key  # re-run after the edit
+    assert hits >= 4
+
+
+def test_the_model_survives_a_round_trip(tmp_path: Path) -> None:
+    model = PatternModel.learn([habit_session(n) for n in range(4)], epochs=1)
+    path = model.save(tmp_path / "patterns.json")
+    loaded = PatternModel.load(path)
+    assert path.stat().st_size < 2_000_000
+    events = habit_session(7)
+    from harness.speculation.replay import replay
+
+    first = [[c.key for c in d.predictions["b"]] for d in replay(Analyzer(model), events)]
+    second = [[c.key for c in d.predictions["b"]] for d in replay(Analyzer(loaded), events)]
+    assert first == second
+    data = json.loads(path.read_text())
+    data["version"] = 999
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError):
+        PatternModel.load(path)
+
+
+def test_online_learning_adapts_within_a_session_without_touching_the_shared_model() -> None:
+    model = PatternModel()
+    before = json.dumps(model.to_json(), sort_keys=True)
+    script = Script()
+    for n in range(6):
+        script.bash(f"cat <<'EOF' > t{n}.py\nx\nEOF")
+        script.bash(f"python t{n}.py", "ok")
+    analyzer = Analyzer(model)
+    from harness.speculation.replay import replay
+
+    decisions = replay(analyzer, script.events)
+    runs = [d for d in decisions if d.action.kind == "script"]
+    assert runs[-1].predictions["a"][0].key == runs[-1].action.key
+    assert json.dumps(model.to_json(), sort_keys=True) == before
+
+
+def test_bench_reports_every_required_number(tmp_path: Path) -> None:
+    train, test = tmp_path / "train", tmp_path / "test"
+    for n in range(6):
+        (train if n < 4 else test).mkdir(exist_ok=True)
+        session = next(iter(load_sessions(_write(habit_session(n), tmp_path / f"raw{n}"))))
+        write_session(session, train if n < 4 else test)
+    parser = argparse.ArgumentParser()
+    cli_traces.register_bench(parser.add_subparsers())
+    args = parser.parse_args(["predict", "--train", str(train), "--test", str(test), "--json", "--epochs", "1"])
+    result = predict.run(args.train, args.test, k=args.k, epochs=args.epochs)
+    assert result["actions"] == 14
+    for moment in "abc":
+        assert 0 <= result["moments"][moment]["top1"] <= result["moments"][moment]["top3"] <= 1
+    assert 0 <= result["slow"]["a"]["top3"] <= 1 and 0 <= result["latency_covered_top3"] <= 1
+    assert result["decision_ms_p50"] > 0 and "script" in result["by_kind"]
+    assert "latency covered" in predict.table(result)
+
+
+def test_same_directory_is_split_by_instance(tmp_path: Path) -> None:
+    for n in range(20):
+        write_session(next(iter(load_sessions(_write(habit_session(n), tmp_path / f"raw{n}")))), tmp_path / "all")
+    train, test = predict.split(tmp_path / "all", tmp_path / "all", 0.3, predict.ImportReport())
+    assert train and test and not {s.session_id for s in train} & {s.session_id for s in test}
+    assert {s.session_id for s in test} == {s.session_id for s in train + test if predict.held_out(s.session_id, 0.3)}
+
+
+@pytest.mark.skipif(not MINI.is_dir(), reason=f"shared trajectories not found at {MINI}")
+def test_bench_runs_on_real_trajectories() -> None:
+    files = sorted(MINI.glob("*.traj.json"))
+    sessions = [s for f in files[:10] for s in load_sessions(f)]
+    model = PatternModel.learn([s.events for s in sessions[:8]], epochs=1)
+    result = predict.evaluate(model, sessions[8:])
+    assert result["actions"] > 20 and result["moments"]["c"]["top3"] > 0
+
+
+def _write(events: list[Event], folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "session.jsonl"
+    path.write_text("".join(e.to_json() + "\n" for e in events))
+    return path
+
+
+def test_cli_learn_writes_a_model_the_analyzer_loads(tmp_path: Path) -> None:
+    for n in range(3):
+        write_session(next(iter(load_sessions(_write(habit_session(n), tmp_path / f"raw{n}")))), tmp_path / "runs")
+    parser = argparse.ArgumentParser()
+    cli_traces.register(parser.add_subparsers())
+    out = tmp_path / "cache" / "patterns.json"
+    args = parser.parse_args(["traces", "learn", str(tmp_path / "runs"), "--out", str(out), "--epochs", "1"])
+    assert args.func(args) == 0
+    model = PatternModel.load(out)
+    assert model.sessions == 3 and Analyzer(model).predict("a")

@@ -1,0 +1,175 @@
+"""Trajectory importers: real mini-swe-agent and SWE-agent samples, a Claude Code fixture, Tao's own files.
+
+The real samples are read in place from ../shared/traces (skipped when absent); damaged or unknown
+records must be reported and skipped, never fatal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from harness import cli_traces
+from harness.events import FormatError, LLMEnd, SessionEnd, SessionStart, ToolCall, ToolResult, read_trajectory
+from harness.speculation.canonical import canonical
+from harness.traces import ImportReport, detect, load_sessions, write_session
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+MINI = SHARED / "mini-swe-agent-gemini-3-pro-swebench-verified"
+SWE = SHARED / "swe-agent-demonstrations"
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "claude_code_session.jsonl"
+
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared trajectories not found at {SHARED}")
+
+
+def only(src: Path, fmt: str | None = None) -> tuple[list, ImportReport]:
+    report = ImportReport()
+    return list(load_sessions(src, fmt, report)), report
+
+
+def calls(events: list) -> list[ToolCall]:
+    return [e for e in events if isinstance(e, ToolCall)]
+
+
+@needs_shared
+def test_mini_swe_agent_sample_becomes_bash_calls_with_observations() -> None:
+    path = MINI / "astropy__astropy-13453.traj.json"
+    assert detect(path) == "mini-swe-agent"
+    (session,), report = only(path)
+    events = session.events
+    start, end = events[0], events[-1]
+    assert isinstance(start, SessionStart) and start.repo == "/testbed" and start.session_id == "astropy__astropy-13453"
+    assert "<pr_description>" not in start.task and start.task.strip()
+    assert isinstance(end, SessionEnd) and end.status == "finished" and "diff --git" in end.submission
+    made = calls(events)
+    assert made[-1].name == "finish" and all(c.name == "bash" for c in made[:-1])
+    results = [e for e in events if isinstance(e, ToolResult)]
+    assert len(results) == len(made) - 1
+    assert all(r.exit_code is not None for r in results) and "<returncode>" not in results[0].output
+    assert all(b.t >= a.t for a, b in zip(events, events[1:]))
+    assert not report.skipped
+
+
+@needs_shared
+def test_mini_swe_agent_long_outputs_keep_head_and_tail_and_count_the_cut() -> None:
+    (session,), _ = only(MINI / "astropy__astropy-13398.traj.json")
+    cut = [r for r in session.events if isinstance(r, ToolResult) and r.truncated_chars]
+    assert cut and all("characters elided" in r.output for r in cut)
+
+
+@needs_shared
+def test_mini_swe_agent_answers_without_one_block_become_format_errors() -> None:
+    found = False
+    for path in sorted(MINI.glob("*.traj.json"))[:60]:
+        (session,), _ = only(path)
+        errors = [e for e in session.events if isinstance(e, FormatError)]
+        if errors:
+            found = True
+            assert "EXACTLY ONE action" in errors[0].error
+            break
+    assert found, "the sample set has format errors in its first 60 files"
+
+
+@needs_shared
+def test_swe_agent_commands_map_to_tao_tools() -> None:
+    path = SWE / ("replay__marshmallow-code__marshmallow-1867__function_calling__install-1"
+                  "__marshmallow-code__marshmallow-1867.traj")
+    assert detect(path) == "swe-agent"
+    (session,), _ = only(path)
+    made = calls(session.events)
+    names = [c.name for c in made]
+    assert names[0] == "write_file" and names[-1] == "finish"  # create reproduce.py ... submit
+    assert ("bash", {"command": "python reproduce.py"}) in [(c.name, c.arguments) for c in made]
+    opened = next(c for c in made if c.name == "read_file")
+    assert opened.arguments["path"] == "src/marshmallow/fields.py" and opened.arguments["start_line"] <= 1474
+    durations = [r.duration for r in session.events if isinstance(r, ToolResult)]
+    assert all(d > 0 for d in durations)  # execution_time
+    assert session.events[0].repo == "/testbed"
+
+
+@needs_shared
+def test_swe_agent_function_calling_history_is_read_when_there_are_no_steps() -> None:
+    (session,), _ = only(SWE / "function_calling_simple.traj")
+    made = calls(session.events)
+    assert len(made) >= 3 and made[-1].name == "finish"
+    assert any(c.name == "read_file" and c.arguments["path"] == "tests/missing_colon.py" for c in made)
+
+
+def test_claude_code_fixture_maps_tools_and_reports_damage() -> None:
+    assert detect(FIXTURE) == "claude-code"
+    (session,), report = only(FIXTURE)
+    made = calls(session.events)
+    assert [c.name for c in made] == ["bash", "read_file", "grep", "Glob", "edit_file", "bash", "write_file"]
+    assert made[1].arguments == {"path": "/home/dev/calc/calc/ops.py"}
+    assert made[2].arguments == {"pattern": "def add", "path": "/home/dev/calc/calc"}
+    assert made[3].effect == "unknown"
+    assert session.events[0].repo == "/home/dev/calc" and "Fix add()" in session.events[0].task
+    assert canonical("read_file", made[1].arguments, "/home/dev/calc").key == canonical(
+        "bash", {"command": "cat calc/ops.py"}).key
+    results = [e for e in session.events if isinstance(e, ToolResult)]
+    assert results[0].is_error and "1 failed" in results[0].output
+    assert results[1].t == pytest.approx(8.2)
+    assert any("damaged JSON" in s for s in report.skipped)
+    assert any("unknown record type 'progress'" in s for s in report.skipped)
+    turns = [e for e in session.events if isinstance(e, LLMEnd)]
+    assert turns[0].text == "Let me run the failing test first." and turns[0].tool_calls
+
+
+def test_claude_code_call_without_result_is_reported(tmp_path: Path) -> None:
+    record = {"type": "assistant", "sessionId": "s1", "uuid": "a", "timestamp": "2026-01-01T00:00:00Z",
+              "message": {"role": "assistant", "content": [
+                  {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}]}}
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    (session,), report = only(path, "claude-code")
+    assert calls(session.events)[0].arguments == {"command": "ls"}
+    assert any("no tool_result" in s for s in report.skipped)
+
+
+def test_tao_trajectories_round_trip_and_damaged_lines_are_skipped(tmp_path: Path) -> None:
+    (session,), _ = only(FIXTURE)
+    written = write_session(session, tmp_path / "out")
+    assert read_trajectory(written) == session.events
+    lines = written.read_text().splitlines()
+    lines.insert(3, "{not json")
+    lines.insert(5, json.dumps({"type": "spec_launch", "t": 1.0, "key": "x"}))
+    written.write_text("\n".join(lines) + "\n")
+    assert detect(written) == "tao"
+    (again,), report = only(written)
+    assert [e for e in again.events if e.type != "unknown"] == session.events
+    assert any("damaged event" in s for s in report.skipped) and any("spec_launch" in s for s in report.skipped)
+
+
+def test_unreadable_and_foreign_files_never_stop_an_import(tmp_path: Path) -> None:
+    (tmp_path / "broken.traj.json").write_text("{ truncated")
+    (tmp_path / "notes.traj").write_text("[1, 2]")
+    (tmp_path / "other.json").write_text("{}")
+    sessions, report = only(tmp_path)
+    assert sessions == []
+    assert any("broken.traj.json" in s for s in report.skipped)
+    assert any("notes.traj" in s for s in report.skipped)
+
+
+def test_cli_import_and_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser()
+    cli_traces.register(parser.add_subparsers())
+    args = parser.parse_args(["traces", "import", "--from", "claude-code", str(FIXTURE), "--to", str(tmp_path)])
+    assert args.func(args) == 0
+    (out,) = tmp_path.glob("*.jsonl")
+    assert read_trajectory(out)[0].type == "session_start"
+    args = parser.parse_args(["traces", "stats", str(tmp_path), "--json"])
+    assert args.func(args) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["sessions"] == 1 and stats["calls"] == 7 and stats["kinds"]["test"] == 2
+
+
+def test_a_tao_trajectory_that_talks_about_messages_is_still_tao(tmp_path: Path) -> None:
+    (session,), _ = only(FIXTURE)
+    session.events[0].task = 'the "message" field and the "sessionId" are wrong'
+    path = write_session(session, tmp_path)
+    assert detect(path) == "tao"
+    session.events[0].task = "x" * 10_000
+    assert detect(write_session(session, tmp_path)) == "tao"
