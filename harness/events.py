@@ -145,6 +145,60 @@ class SessionEnd(Event):
 
 
 @dataclass
+class SpecLaunch(Event):
+    """A predicted call started ahead of the model: pure tools on the workspace, sandboxed ones in an overlay."""
+
+    type: ClassVar[str] = "spec_launch"
+    step: int
+    spec_id: str
+    moment: str  # a: after the last observation; b: reasoning streamed; c: the call's name is known
+    name: str
+    arguments: dict[str, Any]
+    effect: str
+    version: int  # the workspace version it runs at
+    reason: str  # the pattern or rule that predicted it
+    probability: float
+
+
+@dataclass
+class SpecPromote(Event):
+    """The model's real call matched a speculation at the same workspace version; its result was used."""
+
+    type: ClassVar[str] = "spec_promote"
+    step: int
+    spec_id: str
+    call_id: str
+    saved: float  # seconds of tool time hidden behind the model
+    waited: float  # seconds the call still waited for the speculation to finish
+    sliced: bool = False  # a line range served from a speculated read of the whole file
+
+
+@dataclass
+class SpecDiscard(Event):
+    """A speculation thrown away (wrong guess, stale version, failed run); its processes were killed."""
+
+    type: ClassVar[str] = "spec_discard"
+    step: int
+    spec_id: str
+    reason: str
+    cost: float  # seconds it ran: CPU time spent for nothing, at most this much per process
+
+
+@dataclass
+class SpecSummary(Event):
+    """Speculation totals for the session, written just before session_end."""
+
+    type: ClassVar[str] = "spec_summary"
+    launched: int
+    promoted: int
+    discarded: int
+    repeats: int  # calls answered by a real run of the same call at the same workspace version
+    saved: float
+    wasted: float
+    by_kind: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+@dataclass
 class UnknownEvent(Event):
     """An event of a type this version does not know (a newer writer); kept, never dropped."""
 
@@ -213,3 +267,18 @@ def strip_timing(events: Iterable[Event]) -> Iterator[dict[str, Any]]:
     """Events as dicts without their timing fields, for comparing two runs of the same session."""
     for event in events:
         yield {k: v for k, v in event.to_dict().items() if k not in TIMING_FIELDS}
+
+
+def comparable(events: Iterable[Event]) -> list[dict[str, Any]]:
+    """What must be equal with speculation on and off: every event but spec_*, without timing fields.
+
+    `session_start.config` records whether speculation was on, so it is left out too.
+    """
+    kept = [e for e in events if not e.type.startswith("spec_")]
+    items = list(strip_timing(kept))
+    for item in items:
+        if item["type"] == "session_start":
+            item.pop("config", None)
+            item.pop("session_id", None)
+        item.pop("request_id", None)
+    return items

@@ -57,6 +57,13 @@ class Text:
 
 
 @dataclass(frozen=True)
+class CallStart:
+    """A call's opening tag arrived: the reasoning before it is complete."""
+
+    index: int
+
+
+@dataclass(frozen=True)
 class CallName:
     """A call's name is known while its arguments are still streaming."""
 
@@ -90,7 +97,7 @@ class CallError:
     raw: str
 
 
-ParseEvent = Text | CallName | CallArgs | CallDone | CallError
+ParseEvent = Text | CallStart | CallName | CallArgs | CallDone | CallError
 
 
 @dataclass
@@ -122,6 +129,7 @@ class CallParser:
                 self._emit_text(self._buffer[:start], events)
                 self._buffer = self._buffer[start + len(OPEN) :]
                 self._in_call, self._body, self._name, self._args_reported = True, "", None, 0
+                events.append(CallStart(self._index))
                 continue
             end = self._buffer.find(CLOSE)
             if end < 0:

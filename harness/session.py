@@ -19,12 +19,16 @@ from harness.engine.base import Engine, LLMRequest, Usage
 from harness.errors import EngineError, Finished, LimitExceeded, SessionStop
 from harness.events import (Event, FormatError, LLMEnd, LLMFirstToken, LLMStart, SessionEnd, SessionStart,
                             ToolCall, ToolResult)
+from harness.speculation.patterns import Analyzer, Partial
+from harness.speculation.prefix import args_prefix_of
+from harness.speculation.scheduler import Budget, SpeculationScheduler
 from harness.submission import git_diff
 from sandbox import Workspace
 from tools import run_tool, tool_specs
 from tools.base import Effect, Observation, Tool
 
 EventSink = Callable[[Event], None]
+PREFIX_CHARS = 8  # first-argument characters after which moment (c) predicts once more
 
 
 @dataclass(frozen=True)
@@ -52,10 +56,16 @@ class Session:
     """Runs one task against an engine and a set of tools in one workspace."""
 
     def __init__(self, task: str, engine: Engine, workspace: Workspace, tools: list[Tool],
-                 config: SessionConfig = SessionConfig(), sinks: list[EventSink] | None = None) -> None:
+                 config: SessionConfig = SessionConfig(), sinks: list[EventSink] | None = None,
+                 analyzer: Analyzer | None = None, budget: Budget = Budget()) -> None:
+        """With an `analyzer`, predicted calls run ahead of the model (speculation); without, none do."""
         self.task, self.engine, self.workspace, self.config = task, engine, workspace, config
         self.tools = {tool.name: tool for tool in tools}
-        self.sinks = sinks or []
+        self.sinks = list(sinks or [])
+        self.speculation = (SpeculationScheduler(workspace, self.tools, analyzer, self.emit, self.now, budget)
+                            if analyzer is not None else None)
+        if self.speculation is not None:
+            self.sinks.insert(0, self.speculation.observe)
         self.session_id = uuid.uuid4().hex[:12]
         self.steps = 0
         self.output_tokens = 0
@@ -74,7 +84,8 @@ class Session:
         """Loop until finish, a limit or an engine failure; always ends with a session_end event."""
         self.emit(SessionStart(self.now(), self.session_id, self.task, str(self.workspace.root), self.engine.name,
                                sorted(self.tools), {"max_steps": self.config.max_steps,
-                                                    "max_seconds": self.config.max_seconds},
+                                                    "max_seconds": self.config.max_seconds,
+                                                    "speculation": self.speculation is not None},
                                datetime.now(timezone.utc).isoformat(timespec="seconds")))
         status, reason, summary = "error", "", ""
         try:
@@ -93,6 +104,8 @@ class Session:
             status, reason = "interrupted", "interrupted by the user"
             raise
         finally:
+            if self.speculation is not None:
+                await self.speculation.close()
             end = SessionEnd(self.now(), status, reason, summary, self.steps,
                              await asyncio.to_thread(git_diff, self.workspace.root), self.output_tokens)
             self.emit(end)
@@ -104,6 +117,8 @@ class Session:
         if self.steps >= self.config.max_steps:
             raise LimitExceeded(f"step limit of {self.config.max_steps} reached")
         self.steps += 1
+        if self.speculation is not None:
+            self.speculation.launch("a", self.steps)
         answer = await self.query()
         if not answer.calls:
             error = answer.errors[0].error if answer.errors else protocol.FORMAT_REMINDER
@@ -119,13 +134,15 @@ class Session:
                              tool_specs(list(self.tools.values())), self.config.max_tokens)
         self.emit(LLMStart(self.now(), self.steps, request.request_id, len(request.messages)))
         parser = protocol.CallParser(id_prefix=f"call_{self.steps}")
+        self._prefixed: set[int] = set()  # calls whose first-argument prefix has been predicted on
         raw, native, usage, finish_reason = "", None, Usage(), None
         async for chunk in self.engine.stream(request):
             if chunk.text:
                 if not raw:
                     self.emit(LLMFirstToken(self.now(), self.steps, request.request_id))
                 raw += chunk.text
-                parser.feed(chunk.text)
+                for event in parser.feed(chunk.text):
+                    self.speculate_early(event, parser)
             native = chunk.tool_calls or native
             usage = chunk.usage or usage
             finish_reason = chunk.finish_reason or finish_reason
@@ -148,6 +165,7 @@ class Session:
         """Run one call authoritatively and feed its observation back to the model."""
         tool = self.tools.get(call.name)
         effect = tool.effect.value if tool else "unknown"
+        self.workspace.refresh()  # count edits made behind Tao's back before this call, not during it
         self.emit(ToolCall(self.now(), self.steps, call.call_id, call.name, call.arguments, effect))
         if call.name == "finish":
             raise Finished(str(call.arguments.get("summary", "")))
@@ -156,14 +174,31 @@ class Session:
             observation = Observation(f"Unknown tool {call.name!r}. Available tools: {', '.join(sorted(self.tools))}.",
                                       is_error=True)
         else:
-            observation = await run_tool(tool, call.arguments, self.workspace)
+            promoted = await self.speculation.take(call) if self.speculation is not None else None
+            observation = promoted or await run_tool(tool, call.arguments, self.workspace)
             if tool.effect is Effect.MUTATING:
                 self.workspace.bump()
+            elif tool.effect is Effect.SANDBOXED:
+                self.workspace.refresh()  # a test run may write files; the next results must see a new version
         self.emit(ToolResult(self.now(), self.steps, call.call_id, call.name, observation.text,
                              observation.is_error, observation.exit_code, observation.truncated_chars,
                              self.workspace.version, round(time.monotonic() - started, 6)))
         self.messages.append(protocol.result_message(call, observation.text, self.engine.native_tools))
         return observation
+
+    def speculate_early(self, event: protocol.ParseEvent, parser: protocol.CallParser) -> None:
+        """Moments (b) and (c): the reasoning is complete; the call's name and first characters are known."""
+        if self.speculation is None:
+            return
+        match event:
+            case protocol.CallStart():
+                self.speculation.launch("b", self.steps, Partial(text=parser.text))
+            case protocol.CallName(name=name):
+                self.speculation.launch("c", self.steps, Partial(text=parser.text, name=name))
+            case protocol.CallArgs(index=index, name=name, partial=raw) if index not in self._prefixed:
+                if len(prefix := args_prefix_of(raw)) >= PREFIX_CHARS:
+                    self._prefixed.add(index)
+                    self.speculation.launch("c", self.steps, Partial(text=parser.text, name=name, args_prefix=prefix))
 
     async def close_tools(self) -> None:
         for tool in self.tools.values():

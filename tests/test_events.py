@@ -52,7 +52,7 @@ def test_a_torn_last_line_is_skipped_but_earlier_damage_is_reported(tmp_path: Pa
 
 
 def test_unknown_event_types_are_kept_verbatim() -> None:
-    raw = {"type": "spec_launch", "t": 1.5, "candidate": "grep x"}
+    raw = {"type": "from_a_newer_tao", "t": 1.5, "candidate": "grep x"}
     event = ev.from_dict(raw)
     assert isinstance(event, ev.UnknownEvent)
     assert json.loads(event.to_json()) == raw

@@ -37,7 +37,10 @@ class ReadFile:
     effect = Effect.PURE
 
     async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
-        file = load_text(workspace, args["path"])
+        return self.render(load_text(workspace, args["path"]), args)
+
+    def render(self, file: TextFile, args: dict[str, Any]) -> Observation:
+        """The observation for `args` from a file already read (speculation serves ranges this way)."""
         if file.binary:
             return observe(f"{file.rel} is a binary file ({len(file.data)} bytes); read_file shows text only. "
                            f"Use bash (for example `xxd {file.rel} | head`) to inspect it.", path=file.rel, binary=True)

@@ -73,6 +73,7 @@ def deterministic_env() -> dict[str, str]:
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     env["PYTEST_ADDOPTS"] = f"{env.get('PYTEST_ADDOPTS', '')} -p no:cacheprovider".strip()
     env["NO_COLOR"] = "1"
+    env["GIT_OPTIONAL_LOCKS"] = "0"  # a `git status` in a test must not rewrite .git/index (a false outside change)
     return env
 
 

@@ -1,0 +1,167 @@
+"""The speculation scheduler on real workspaces, real tools and real overlays.
+
+The analyzer is replaced by a scripted one that proposes fixed candidates: these tests are about
+launching, promoting and discarding, not about prediction quality (tests/test_patterns_* cover that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, ToolCall, ToolResult
+from harness.protocol import ParsedCall
+from harness.speculation.canonical import canonical
+from harness.speculation.patterns import Candidate
+from harness.speculation.scheduler import Budget, SpeculationScheduler
+from sandbox import Workspace
+from tests.helpers import make_calc_repo
+from tools import default_tools, run_tool
+
+
+class ScriptedAnalyzer:
+    """Proposes the same calls at every moment, each with a high probability."""
+
+    def __init__(self, *calls: tuple[str, dict[str, Any]]) -> None:
+        self.calls = list(calls)
+
+    def observe(self, event: Event) -> None:
+        pass
+
+    def predict(self, moment: str, partial: Any = None, k: int = 3) -> list[Candidate]:
+        out = []
+        for name, arguments in self.calls[:k]:
+            action = canonical(name, arguments)
+            out.append(Candidate(name, arguments, action.key, action.kind, action.effect, 0.9, 1.0, 0.1, 0.9,
+                                 "scripted"))
+        return out
+
+
+def make(repo: Path, *calls: tuple[str, dict[str, Any]], budget: Budget = Budget()) -> tuple[SpeculationScheduler, list[Event]]:
+    events: list[Event] = []
+    tools = {tool.name: tool for tool in default_tools()}
+    start = time.monotonic()
+    scheduler = SpeculationScheduler(Workspace(repo), tools, ScriptedAnalyzer(*calls), events.append,
+                                     lambda: time.monotonic() - start, budget)
+    return scheduler, events
+
+
+def of(events: list[Event], kind: type) -> list:
+    return [e for e in events if isinstance(e, kind)]
+
+
+async def authoritative(repo: Path, name: str, arguments: dict[str, Any]) -> str:
+    tool = next(t for t in default_tools() if t.name == name)
+    return (await run_tool(tool, arguments, Workspace(repo))).text
+
+
+async def test_an_exact_match_is_promoted_with_the_real_result(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    scheduler, events = make(repo, ("grep", {"pattern": "def "}), ("read_file", {"path": "calc/ops.py"}))
+    scheduler.launch("a", 1)
+    observation = await scheduler.take(ParsedCall("c1", "grep", {"pattern": "def "}))
+    await scheduler.close()
+    assert observation is not None and observation.text == await authoritative(repo, "grep", {"pattern": "def "})
+    [promote] = of(events, SpecPromote)
+    assert promote.call_id == "c1"
+    [discard] = [d for d in of(events, SpecDiscard) if d.reason == "not the model's call"]
+    assert discard.spec_id != promote.spec_id
+
+
+async def test_a_line_range_is_served_from_a_speculated_whole_read(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    scheduler, events = make(repo, ("read_file", {"path": "calc/ops.py"}))
+    [spec] = scheduler.launch("b", 1)
+    await spec.task
+    call = {"path": "calc/ops.py", "start_line": 4, "end_line": 7}
+    observation = await scheduler.take(ParsedCall("c1", "read_file", call))
+    assert observation is not None and observation.text == await authoritative(repo, "read_file", call)
+    assert of(events, SpecPromote)[0].sliced
+
+
+async def test_a_running_speculation_is_never_promoted_after_the_tree_changes(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    command = "sleep 0.5; python -m pytest -q"
+    scheduler, events = make(repo, ("run_tests", {"command": command}))
+    scheduler.launch("a", 1)
+    ops = repo / "calc" / "ops.py"
+    ops.write_text(ops.read_text().replace("return a - b\n\n\ndef subtract", "return a + b\n\n\ndef subtract"))
+    observation = await scheduler.take(ParsedCall("c1", "run_tests", {"command": command}))
+    await scheduler.close()
+    assert observation is None
+    assert not of(events, SpecPromote)
+    assert "the workspace changed" in of(events, SpecDiscard)[0].reason
+
+
+async def test_a_promoted_test_run_leaves_its_files_as_the_real_run_would(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    command = "python -m pytest -q --junitxml=report.xml"
+    scheduler, events = make(repo, ("run_tests", {"command": command}))
+    [spec] = scheduler.launch("a", 1)
+    await asyncio.wait([spec.task])
+    assert not (repo / "report.xml").exists()  # nothing reaches the real tree before promotion
+    observation = await scheduler.take(ParsedCall("c1", "run_tests", {"command": command}))
+    await scheduler.close()
+    assert observation is not None and "1 failed, 2 passed" in observation.text
+    assert (repo / "report.xml").is_file() and "testsuite" in (repo / "report.xml").read_text()
+    assert scheduler.workspace.refresh() == 1  # the promoted effects count as a change, like a real run's
+
+
+async def test_unmatched_speculations_are_killed_at_once(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    marker = "sleep 987.25"
+    scheduler, events = make(repo, ("run_tests", {"command": marker}))
+    scheduler.launch("a", 1)
+    for _ in range(100):
+        if subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 0:
+            break
+        await asyncio.sleep(0.05)
+    else:
+        pytest.fail("the speculative command never started")
+    await scheduler.take(ParsedCall("c1", "list_files", {}))
+    await scheduler.close()
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
+    assert of(events, SpecDiscard)[0].reason == "not the model's call"
+
+
+async def test_mutating_calls_are_never_speculated(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    before = (repo / "calc" / "ops.py").read_text()
+    scheduler, events = make(repo, ("edit_file", {"path": "calc/ops.py", "old": "a - b", "new": "a + b"}),
+                             ("write_file", {"path": "x.txt", "content": "x"}), ("bash", {"command": "touch y"}))
+    assert scheduler.launch("a", 1) == []
+    await scheduler.close()
+    assert (repo / "calc" / "ops.py").read_text() == before and not (repo / "x.txt").exists()
+    assert not of(events, SpecLaunch)
+
+
+async def test_a_repeat_at_the_same_version_is_answered_from_the_real_run(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    scheduler, events = make(repo)
+    workspace = scheduler.workspace
+    arguments = {"pattern": "return"}
+    first = await authoritative(repo, "grep", arguments)
+    scheduler.observe(ToolCall(0.0, 1, "c1", "grep", arguments, "pure"))
+    scheduler.observe(ToolResult(0.1, 1, "c1", "grep", first, workspace_version=workspace.version))
+    again = await scheduler.take(ParsedCall("c2", "grep", arguments))
+    assert again is not None and again.text == first
+    (repo / "calc" / "extra.py").write_text("return 1\n")  # behind Tao's back
+    assert await scheduler.take(ParsedCall("c3", "grep", arguments)) is None
+    await scheduler.close()
+
+
+async def test_a_kind_that_never_pays_is_paused(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    scheduler, events = make(repo, ("list_files", {"path": "calc"}))
+    for step in range(1, 10):
+        scheduler.launch("a", step)
+        await asyncio.sleep(0.05)
+        await scheduler.take(ParsedCall(f"c{step}", "read_file", {"path": "README.md"}))
+    await scheduler.close()
+    launched = len(of(events, SpecLaunch))
+    assert 6 <= launched < 9  # judged after six wasted launches, then paused for a while
