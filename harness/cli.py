@@ -1,7 +1,7 @@
 """The `tao` command: run a task headless or in the TUI, run the demo, and the helper subcommands.
 
-Exit codes of `tao run` and `tao demo`: 0 the model finished the task, 1 the engine or harness failed,
-2 bad usage, 3 a step or time limit was reached, 130 interrupted.
+Exit codes of `tao run`: 0 the model finished the task, 1 the engine or harness failed, 2 bad usage,
+3 a step or time limit was reached, 130 interrupted. `tao demo` exits 0 at a step limit too.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from harness.errors import EngineUnavailable, TaoError, UsageError
 from harness.events import SessionEnd, TrajectoryWriter
 from harness.log import HumanLog
 from harness.session import Session, SessionConfig
+from harness.speculation.model import PatternModel, default_model_path
+from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
 from tools import default_tools
 
@@ -52,44 +54,70 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
                        help="replay pacing: simulated seconds per output token (default 0)")
     group.add_argument("--no-constrain", action="store_true",
                        help="do not constrain decoding to well-formed calls (for strong models)")
+    group.add_argument("--max-model-len", type=int,
+                       help="context length for --engine vllm (default: 8192 embedded, else the model's)")
 
 
 def add_session_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--headless", action="store_true",
                         help="no TUI: a human log on stderr (runs are headless until the TUI lands)")
     parser.add_argument("--json", action="store_true", help="print one JSON event per line on stdout")
-    parser.add_argument("--max-steps", type=int, default=30, help="model turns before stopping (default 30)")
+    parser.add_argument("--max-steps", type=int, default=30, help="model turns before stopping (default 30; demo 8)")
     parser.add_argument("--max-time", type=float, default=1800.0, help="wall-clock limit in seconds (default 1800)")
+    parser.add_argument("--max-tokens", type=int, default=1024, help="output tokens per model turn (default 1024)")
     parser.add_argument("--trajectory", type=Path,
                         help=f"trajectory file to write (default {state_dir()}/trajectories/<time>.jsonl)")
     parser.add_argument("--test-command", help="the project's test command for run_tests (default: detected)")
+    parser.add_argument("--no-speculation", action="store_true",
+                        help="run every tool call only when the model asks (no speculation)")
+    parser.add_argument("--patterns", type=Path,
+                        help="learned pattern model for speculation (default ~/.cache/tao/patterns.json "
+                             "if present; build one with `tao traces learn`)")
 
 
 def engine_options(args: argparse.Namespace) -> EngineOptions:
     return EngineOptions(kind=args.engine, replay=args.replay, seconds_per_token=args.seconds_per_token,
-                         model=args.model, base_url=args.base_url, constrained=not args.no_constrain)
+                         model=args.model, base_url=args.base_url, constrained=not args.no_constrain,
+                         max_model_len=args.max_model_len)
 
 
 async def run_session(task: str, repo: Path, args: argparse.Namespace) -> SessionEnd:
     """Open the engine, run one session with the chosen sinks, close everything."""
     if args.max_steps < 1 or args.max_time <= 0:
         raise UsageError("--max-steps must be at least 1 and --max-time positive")
+    analyzer = None if args.no_speculation else Analyzer(load_patterns(args.patterns))
+    config = SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time, max_tokens=args.max_tokens)
     workspace = Workspace(repo)
+    engine = await open_engine(engine_options(args))  # before the trajectory: a failed start leaves no file
     trajectory = args.trajectory or default_trajectory_path()
     writer = TrajectoryWriter(trajectory)
     sinks = [writer.write, HumanLog(sys.stderr)]
     if args.json:
         sinks.append(lambda event: print(event.to_json(), flush=True))
-    engine = await open_engine(engine_options(args))
     try:
         tools = default_tools(test_command=args.test_command)
-        config = SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time)
-        end = await Session(task, engine, workspace, tools, config, sinks).run()
+        end = await Session(task, engine, workspace, tools, config, sinks, analyzer=analyzer).run()
     finally:
         writer.close()
+        workspace.close()
         await engine.close()
     print(f"trajectory: {trajectory}", file=sys.stderr)
     return end
+
+
+def load_patterns(path: Path | None) -> PatternModel:
+    """The learned pattern model: the given file, else the default one if present, else an empty model."""
+    if path is not None and not path.is_file():
+        raise UsageError(f"--patterns {path} does not exist; build one with `tao traces learn DIR --out {path}`")
+    path = path or default_model_path()
+    if not path.is_file():
+        return PatternModel()  # rules and online learning still predict; a learned model predicts better
+    try:
+        return PatternModel.load(path)
+    except (ValueError, KeyError, TypeError) as exc:
+        print(f"tao: ignoring the damaged pattern model {path} ({exc}); rebuild it with `tao traces learn`",
+              file=sys.stderr)
+        return PatternModel()
 
 
 def resolve_task(args: argparse.Namespace) -> str:
@@ -135,7 +163,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     changed = len([line for line in end.submission.splitlines() if line.startswith("+++ ")])
     print(f"demo {end.status} after {end.steps} steps; {changed} file(s) changed; summary: "
           f"{end.summary or end.reason}", file=sys.stderr)
-    return EXIT_CODES.get(end.status, 1)
+    # The embedded model is tiny: reaching the step limit is a normal end for the demo, not a failure.
+    return 0 if end.status in ("finished", "limit") else EXIT_CODES.get(end.status, 1)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -152,15 +181,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the agent on the bundled example repository")
     add_session_flags(demo)
     add_engine_flags(demo)
-    demo.set_defaults(func=cmd_demo)
+    # The embedded model is small and slow on a CPU: keep the demo to a few short turns.
+    demo.set_defaults(func=cmd_demo, max_steps=8, max_tokens=256)
 
-    from harness import cli_sandbox
+    from harness import cli_engine, cli_sandbox, cli_traces
     from harness.bench import sandbox as bench_sandbox
 
+    cli_engine.register(sub)
     cli_sandbox.register(sub)
+    cli_traces.register(sub)
     bench = sub.add_parser("bench", help="measure Tao on this machine (JSON and a table)")
     bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
+    cli_engine.register_bench(bench_sub)
     bench_sandbox.register(bench_sub)
+    cli_traces.register_bench(bench_sub)
     return parser
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, ToolCall, ToolResult)
+from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, SpecPromote, SpecSummary, ToolCall,
+                            ToolResult)
 
 PREVIEW_LINES = 6
 
@@ -45,6 +46,13 @@ class HumanLog:
                 return f"{stamp} <- {event.name} {status}\n{_preview(event.output)}"
             case FormatError():
                 return f"{stamp} step {event.step}: no usable tool call: {event.error[:200]}"
+            case SpecPromote():
+                how = "served from a speculated read" if event.sliced else "from speculation"
+                return f"{stamp} <- result {how} ({event.saved:.2f}s hidden)"
+            case SpecSummary():
+                return (f"{stamp} speculation: {event.launched} launched, {event.promoted} promoted, "
+                        f"{event.discarded} discarded, {event.repeats} repeats answered; "
+                        f"{event.saved:.2f}s saved, {event.wasted:.2f} CPU-s wasted")
             case SessionEnd():
                 summary = f"\n    summary: {event.summary}" if event.summary else ""
                 return f"{stamp} session {event.status} after {event.steps} steps: {event.reason}{summary}"

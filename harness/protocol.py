@@ -28,7 +28,7 @@ Each tool is described by a JSON object: its name, what it does, and a JSON sche
 
 # How to call a tool
 First think in a few short sentences about what to do next. Then write exactly one call:
-<tool_call>{{"name": "read_file", "arguments": {{"path": "src/app.py"}}}}</tool_call>
+<tool_call>{{"name": "list_files", "arguments": {{"path": "."}}}}</tool_call>
 The text inside the tags must be a JSON object with "name" and "arguments". Stop after the call; the
 result comes back in a <tool_result> message.
 When the task is done, call finish with a short summary of what you changed and why."""

@@ -1,7 +1,13 @@
-"""Build the engine a command asked for from its command-line options."""
+"""Build the engine a command asked for from its command-line options.
+
+Engines are imported lazily: `tao run --engine replay` never imports vLLM or httpx.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +33,16 @@ class EngineOptions:
     """URL of an OpenAI-compatible server, for the openai engine."""
     constrained: bool = True
     """Constrain decoding so every turn is a well-formed call (for small models)."""
+    max_model_len: int | None = None
+    """Context length for the in-process engine; None: 8192 for the embedded model, else the model's own."""
+    temperature: float = 0.6
+    """Sampling temperature for the vllm and openai engines."""
+    attach: bool = True
+    """With kind vllm, use a healthy `tao serve` server for the same model instead of starting in-process."""
+    native_tools: bool | None = None
+    """openai engine: use the server's native tool calls (None: ask the server)."""
+    api_key: str | None = None
+    """openai engine: bearer token, if the server wants one (default: $OPENAI_API_KEY)."""
 
 
 async def open_engine(options: EngineOptions) -> Engine:
@@ -38,4 +54,49 @@ async def open_engine(options: EngineOptions) -> Engine:
             raise UsageError("--engine replay needs --replay FILE (a trajectory .jsonl or a JSON turn script)")
         return ReplayEngine(load_recording(options.replay), options.seconds_per_token,
                             name=f"replay:{options.replay.name}")
+    if options.kind == "openai":
+        from harness.engine.openai_http import OpenAIEngine
+
+        if not options.base_url:
+            raise UsageError("--engine openai needs --base-url URL, e.g. --base-url http://localhost:8000/v1")
+        return await OpenAIEngine.connect(options.base_url, model=options.model, native_tools=options.native_tools,
+                                          constrained=options.constrained, temperature=options.temperature,
+                                          api_key=options.api_key or os.environ.get("OPENAI_API_KEY"))
+    if options.kind == "vllm":
+        attached = await attach_server(options) if options.attach else None
+        return attached or await start_local(options)
     raise UsageError(f"unknown engine {options.kind!r}; choose one of {', '.join(ENGINES)}")
+
+
+async def attach_server(options: EngineOptions) -> Engine | None:
+    """An engine over the running `tao serve` server for this model, or None when there is none."""
+    from harness.engine.model import model_key
+    from harness.engine.server import running_server
+
+    state = await asyncio.to_thread(running_server, model_key(options.model))
+    if state is None:
+        return None
+    from harness.engine.openai_http import OpenAIEngine
+    from harness.errors import EngineUnavailable
+
+    try:
+        return await OpenAIEngine.connect(state.url, model=state.model, native_tools=False,
+                                          constrained=options.constrained, temperature=options.temperature,
+                                          name=f"vllm:{Path(state.model).name} (tao serve, pid {state.pid})")
+    except EngineUnavailable:
+        return None
+
+
+async def start_local(options: EngineOptions) -> Engine:
+    """Start vLLM in-process with the requested model (converting the embedded one on first use)."""
+    from harness.engine.model import EMBEDDED_MAX_MODEL_LEN, MODEL_NAME, resolve_model
+    from harness.engine.vllm_local import VLLMEngine, VLLMSettings
+
+    model = await asyncio.to_thread(resolve_model, options.model)
+    embedded = options.model is None
+    name = f"vllm:{MODEL_NAME} (embedded)" if embedded else f"vllm:{Path(model).name}"
+    max_len = options.max_model_len or (EMBEDDED_MAX_MODEL_LEN if embedded else None)
+    print(f"tao: starting the vLLM engine for {name.removeprefix('vllm:')} "
+          "(tens of seconds on a CPU; `tao serve` keeps one running)...", file=sys.stderr, flush=True)
+    return await VLLMEngine.start(VLLMSettings(model=model, name=name, max_model_len=max_len,
+                                               constrained=options.constrained, temperature=options.temperature))

@@ -1,0 +1,128 @@
+"""`tao bench engine`: what the in-process vLLM engine costs on this machine.
+
+Measures engine start (process, model load, KV cache), time to first token for a ~4k-token prompt cold
+and again from the prefix cache (same long prefix, a different last message), and decode throughput
+at 1, 4 and 16 concurrent requests (each generating a fixed number of tokens, end-of-sequence ignored).
+Prints JSON on stdout, then a table on stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import platform
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from harness.engine.base import LLMRequest, Usage
+
+FILLER = ("def handler_{i}(request):\n    \"\"\"Return the response for request {i}.\"\"\"\n"
+          "    value = request.get('value', {i}) * 2\n    return {{'id': {i}, 'value': value}}\n\n")
+
+
+def machine() -> dict[str, Any]:
+    """The machine the numbers come from."""
+    cpu = ""
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
+            "loadavg_1m_at_start": round(os.getloadavg()[0], 2)}
+
+
+def long_prompt(engine: Any, target_tokens: int) -> list[dict[str, str]]:
+    """A system message of about `target_tokens` tokens (a unique first line, so it starts uncached)."""
+    head = f"Session {uuid.uuid4().hex}. You review this Python module.\n\n"
+    body, i = "", 0
+    while True:
+        chunk = "".join(FILLER.format(i=j) for j in range(i, i + 20))
+        messages = [{"role": "system", "content": head + body + chunk}, {"role": "user", "content": "Summarize."}]
+        if len(engine.render(LLMRequest("count", messages))) > target_tokens:
+            return [{"role": "system", "content": head + body}]
+        body, i = body + chunk, i + 20
+
+
+async def run_one(engine: Any, request: LLMRequest, ignore_eos: bool = False) -> Usage:
+    """Drain one request's stream and return its usage."""
+    usage = Usage()
+    async for chunk in engine.stream(request, ignore_eos=ignore_eos):
+        usage = chunk.usage or usage
+    return usage
+
+
+async def decode_rate(engine: Any, concurrency: int, tokens: int) -> dict[str, Any]:
+    """Aggregate output tokens/s of `concurrency` requests generating `tokens` tokens each."""
+    requests = [LLMRequest(f"decode-{concurrency}-{i}-{uuid.uuid4().hex[:6]}",
+                           [{"role": "user", "content": f"Write story number {i} about a lighthouse."}],
+                           max_tokens=tokens) for i in range(concurrency)]
+    started = time.monotonic()
+    usages = await asyncio.gather(*(run_one(engine, r, ignore_eos=True) for r in requests))
+    wall = time.monotonic() - started
+    produced = sum(u.output_tokens for u in usages)
+    per_request = [u.output_tokens / u.decode_seconds for u in usages if u.decode_seconds]
+    return {"concurrency": concurrency, "output_tokens": produced, "wall_s": round(wall, 2),
+            "tokens_per_s": round(produced / wall, 1),
+            "per_request_tokens_per_s": round(sum(per_request) / len(per_request), 1) if per_request else None}
+
+
+async def bench(prompt_tokens: int, concurrency: list[int], decode_tokens: int) -> dict[str, Any]:
+    """Start the embedded engine in-process and measure it; see the module docstring."""
+    from harness.engine.factory import EngineOptions, start_local
+
+    info = machine()
+    started = time.monotonic()
+    engine = await start_local(EngineOptions(attach=False, constrained=False))
+    start_s = time.monotonic() - started
+    try:
+        await run_one(engine, LLMRequest("warmup", [{"role": "user", "content": "Hello"}], max_tokens=4))
+        prefix = long_prompt(engine, prompt_tokens)
+        cold = await run_one(engine, LLMRequest("ttft-cold", prefix + [{"role": "user", "content": "Summarize."}],
+                                                max_tokens=1))
+        warm = await run_one(engine, LLMRequest("ttft-cached", prefix + [{"role": "user", "content": "List the functions."}],
+                                                max_tokens=1))
+        decode = [await decode_rate(engine, c, decode_tokens) for c in concurrency]
+    finally:
+        await engine.close()
+    import vllm
+
+    return {
+        "engine": engine.name, "vllm": vllm.__version__, "max_model_len": engine.max_model_len,
+        "engine_start_s": round(start_s, 1),
+        "engine_start_inner_s": round(engine.started_seconds, 1),
+        "ttft_cold_s": round(cold.ttft or 0.0, 2), "prompt_tokens": cold.prompt_tokens,
+        "cached_tokens_cold": cold.cached_tokens,
+        "ttft_cached_s": round(warm.ttft or 0.0, 2), "cached_tokens": warm.cached_tokens,
+        "decode_tokens": decode_tokens, "decode": decode,
+        "machine": {**info, "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    """The result as a short human table."""
+    rows = [("engine start (s)", result["engine_start_s"]),
+            (f"TTFT cold, {result['prompt_tokens']}-token prompt (s)", result["ttft_cold_s"]),
+            (f"TTFT from prefix cache, {result['cached_tokens']} cached (s)", result["ttft_cached_s"])]
+    rows += [(f"decode tokens/s at {d['concurrency']} concurrent", d["tokens_per_s"]) for d in result["decode"]]
+    width = max(len(name) for name, _ in rows)
+    m = result["machine"]
+    lines = [f"{result['engine']} on {m['cores']} cores of {m['cpu'] or 'an unknown CPU'} "
+             f"(load {m['loadavg_1m_at_start']} -> {m['loadavg_1m_at_end']})"]
+    return "\n".join(lines + [f"  {name:<{width}}  {value}" for name, value in rows])
+
+
+def main(prompt_tokens: int = 4096, concurrency: list[int] | None = None, decode_tokens: int = 128) -> int:
+    """Run the benchmark, print JSON on stdout and the table on stderr."""
+    result = asyncio.run(bench(prompt_tokens, concurrency or [1, 4, 16], decode_tokens))
+    print(json.dumps(result, indent=2))
+    print(table(result), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

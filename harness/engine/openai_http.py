@@ -1,0 +1,220 @@
+"""An Engine over any OpenAI-compatible chat server (`vllm serve`, `tao serve`, hosted APIs), streaming.
+
+Native tool calls are used where the server offers them (vLLM started with --enable-auto-tool-choice
+and --tool-call-parser, or a hosted API); otherwise tool calls travel in the text protocol, and on a
+vLLM server the same call constraint as the in-process engine is sent as `structured_outputs`.
+Aborting a request closes its HTTP stream, which makes vLLM abort it in the engine.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from harness.engine.base import Chunk, LLMRequest, Usage
+from harness.engine.constrain import REASONING_TOKENS, STOP, structural_tag_json
+from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
+
+CONNECT_TIMEOUT = 2.0
+ABORTED_KEPT = 1024
+READ_TIMEOUT = 900.0  # a long prompt's prefill on a CPU can take minutes before the first byte
+_PROBE_TOOL = {"type": "function", "function": {"name": "noop", "description": "Does nothing.",
+                                                "parameters": {"type": "object", "properties": {}}}}
+
+
+def normalize_base_url(url: str) -> str:
+    """`http://host:8000` or `.../v1/` to `http://host:8000/v1`."""
+    url = url.rstrip("/")
+    if "://" not in url:
+        url = f"http://{url}"
+    return url if url.endswith("/v1") else f"{url}/v1"
+
+
+class OpenAIEngine:
+    """Streams chat completions from a running server; create it with `await OpenAIEngine.connect(...)`."""
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str, model: str, *, native_tools: bool,
+                 is_vllm: bool, constrained: bool, temperature: float, reasoning_tokens: int, name: str) -> None:
+        self._client = client
+        self.base_url = base_url
+        self.model = model
+        self.native_tools = native_tools
+        self.is_vllm = is_vllm
+        self.constrained = constrained
+        self.temperature = temperature
+        self.reasoning_tokens = reasoning_tokens
+        self.name = name
+        self._responses: dict[str, httpx.Response] = {}
+        self._aborted: dict[str, None] = {}  # an ordered set, trimmed to ABORTED_KEPT ids
+        self._send_priority = is_vllm
+
+    @classmethod
+    async def connect(cls, base_url: str, *, model: str | None = None, native_tools: bool | None = None,
+                      constrained: bool = True, temperature: float = 0.6,
+                      reasoning_tokens: int = REASONING_TOKENS, api_key: str | None = None,
+                      name: str | None = None) -> OpenAIEngine:
+        """Check the server answers and pick the model; `native_tools=None` asks the server."""
+        base = normalize_base_url(base_url)
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT))
+        try:
+            listed = await _list_models(client, base)
+            ids = [item.get("id") for item in listed]
+            if model is None:
+                if not ids:
+                    raise EngineUnavailable(f"the server at {base} lists no models; pass --model NAME")
+                model = ids[0]
+            elif ids and model not in ids:
+                raise EngineUnavailable(f"the server at {base} does not serve {model!r}; it serves {', '.join(ids)}")
+            is_vllm = any(item.get("owned_by") == "vllm" for item in listed)
+            if native_tools is None:
+                native_tools = await _offers_native_tools(client, base, model) if is_vllm else True
+        except BaseException:
+            await client.aclose()
+            raise
+        return cls(client, base, model, native_tools=native_tools, is_vllm=is_vllm, constrained=constrained,
+                   temperature=temperature, reasoning_tokens=reasoning_tokens, name=name or f"openai:{model}")
+
+    def body(self, request: LLMRequest) -> dict[str, Any]:
+        """The chat completion request body."""
+        body: dict[str, Any] = {"model": self.model, "messages": request.messages, "stream": True,
+                                "stream_options": {"include_usage": True}, "max_tokens": request.max_tokens,
+                                "temperature": self.temperature}
+        if request.tools and self.native_tools:
+            body["tools"] = request.tools
+        elif request.tools and self.constrained and self.is_vllm:
+            body["structured_outputs"] = {"structural_tag": structural_tag_json(request.tools, self.reasoning_tokens)}
+            body["stop"] = STOP
+            body["include_stop_str_in_output"] = True
+        if self.is_vllm:
+            body["request_id"] = request.request_id
+            if request.priority and self._send_priority:
+                body["priority"] = request.priority
+        return body
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+        """Stream one answer; the last chunk carries usage, native calls and the finish reason."""
+        rid = request.request_id
+        if self._aborted.pop(rid, False) is None:  # aborted before it was sent
+            yield Chunk(finish_reason="abort", usage=Usage())
+            return
+        submitted = time.monotonic()
+        first = last = None
+        finish: str | None = None
+        usage: dict[str, Any] = {}
+        calls: dict[int, dict[str, Any]] = {}
+        try:
+            async with self._client.stream("POST", f"{self.base_url}/chat/completions", json=self.body(request)) as resp:
+                self._responses[rid] = resp
+                if resp.status_code != 200:
+                    await self._raise_for_status(resp, request)
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    event = json.loads(data)
+                    usage = event.get("usage") or usage
+                    for choice in event.get("choices") or []:
+                        delta = choice.get("delta") or {}
+                        finish = choice.get("finish_reason") or finish
+                        _merge_calls(calls, delta.get("tool_calls") or [])
+                        if delta.get("content") or delta.get("tool_calls"):
+                            last = time.monotonic()
+                            first = first or last
+                        if delta.get("content"):
+                            yield Chunk(text=delta["content"])
+        except _RetryWithoutPriority:
+            async for chunk in self.stream(request):
+                yield chunk
+            return
+        except (httpx.TransportError, httpx.StreamError) as exc:
+            if rid not in self._aborted:
+                raise EngineDied(f"the server at {self.base_url} stopped answering during request {rid} "
+                                 f"({type(exc).__name__}: {exc}); the trajectory so far is saved; restart the "
+                                 "server (tao serve) and run again") from None
+            finish = "abort"
+        except json.JSONDecodeError as exc:
+            raise EngineError(f"the server at {self.base_url} sent a malformed stream event ({exc.msg}) "
+                              f"during request {rid}") from None
+        finally:
+            self._responses.pop(rid, None)
+        if self._aborted.pop(rid, False) is None:
+            finish = "abort"
+        details = usage.get("prompt_tokens_details") or {}
+        yield Chunk(tool_calls=[calls[i] for i in sorted(calls)] or None, finish_reason=finish or "stop",
+                    usage=Usage(prompt_tokens=usage.get("prompt_tokens", 0),
+                                cached_tokens=details.get("cached_tokens") or 0,
+                                output_tokens=usage.get("completion_tokens", 0),
+                                ttft=(first - submitted) if first else None,
+                                decode_seconds=(last - first) if first and last else None))
+
+    async def _raise_for_status(self, resp: httpx.Response, request: LLMRequest) -> None:
+        """Turn an error response into Tao's error (or a retry without priority)."""
+        text = (await resp.aread()).decode("utf-8", "replace")
+        try:
+            message = json.loads(text).get("error", {}).get("message") or text
+        except (json.JSONDecodeError, AttributeError):
+            message = text
+        if resp.status_code == 400 and "priority" in message.lower() and self._send_priority:
+            self._send_priority = False  # the server does not schedule by priority; send none from now on
+            raise _RetryWithoutPriority
+        if "context length" in message or "maximum context" in message:
+            raise ContextTooLong(f"the server refused request {request.request_id}: {message}")
+        raise EngineError(f"the server at {self.base_url} answered {resp.status_code} to request "
+                          f"{request.request_id}: {message[:500]}")
+
+    async def abort(self, request_id: str) -> None:
+        """Close the request's stream; vLLM aborts a request whose client went away."""
+        self._aborted[request_id] = None
+        while len(self._aborted) > ABORTED_KEPT:  # ids of requests that had already finished
+            del self._aborted[next(iter(self._aborted))]
+        resp = self._responses.get(request_id)
+        if resp is not None:
+            await resp.aclose()
+
+    async def close(self) -> None:
+        """Close the HTTP client (the server keeps running)."""
+        await self._client.aclose()
+
+
+class _RetryWithoutPriority(Exception):
+    """The server rejected `priority`; send the request again without it."""
+
+
+async def _list_models(client: httpx.AsyncClient, base: str) -> list[dict[str, Any]]:
+    try:
+        resp = await client.get(f"{base}/models", timeout=CONNECT_TIMEOUT * 2)
+    except httpx.TransportError as exc:
+        raise EngineUnavailable(f"no OpenAI-compatible server answers at {base} ({type(exc).__name__}); start "
+                                "one with `tao serve` or `vllm serve MODEL`, or check --base-url") from None
+    if resp.status_code != 200:
+        raise EngineUnavailable(f"GET {base}/models answered {resp.status_code}: {resp.text[:200]}")
+    return list(resp.json().get("data") or [])
+
+
+async def _offers_native_tools(client: httpx.AsyncClient, base: str, model: str) -> bool:
+    """Ask a vLLM server with a one-token request whether it parses tool calls itself."""
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+            "tools": [_PROBE_TOOL], "tool_choice": "auto"}
+    try:
+        resp = await client.post(f"{base}/chat/completions", json=body)
+    except httpx.TransportError as exc:
+        raise EngineUnavailable(f"the server at {base} did not answer a probe request: {exc}") from None
+    return resp.status_code == 200
+
+
+def _merge_calls(calls: dict[int, dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
+    """Accumulate streamed native tool-call fragments into complete OpenAI-shaped calls."""
+    for delta in deltas:
+        call = calls.setdefault(delta.get("index", len(calls)),
+                                {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+        call["id"] = delta.get("id") or call["id"]
+        function = delta.get("function") or {}
+        call["function"]["name"] += function.get("name") or ""
+        call["function"]["arguments"] += function.get("arguments") or ""

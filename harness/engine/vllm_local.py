@@ -1,0 +1,253 @@
+"""vLLM's async engine in-process (its engine core runs in its own process), streaming to the session.
+
+Automatic prefix caching is on and the scheduler orders waiting requests by priority, so callers can
+give each request a priority and abort it by id. Each request's final chunk reports prompt tokens,
+cached prompt tokens (prefix-cache hits), output tokens, time to first token and decode time.
+
+Tool calls travel in the text protocol (harness.protocol); with `constrained` on, decoding is held to
+bounded reasoning text plus one well-formed call (harness.engine.constrain).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.engine.base import Chunk, LLMRequest, Usage
+from harness.engine.constrain import REASONING_TOKENS, STOP, structural_tag_json
+from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
+from harness.protocol import OPEN, CLOSE
+
+INSTALL_VLLM = "pip install 'tao-agent[cpu]' (CPU) or 'tao-agent[gpu]' (GPU)"
+ABORTED_KEPT = 1024
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    """How to start the in-process engine."""
+
+    model: str
+    """A Hugging Face model directory or hub name."""
+    name: str
+    """Shown to users and recorded in session_start."""
+    max_model_len: int | None = None
+    """Context length; None takes the model's own."""
+    constrained: bool = True
+    """Hold every turn to reasoning text plus one well-formed call."""
+    temperature: float = 0.6
+    """Sampling temperature (0 is greedy)."""
+    reasoning_tokens: int = REASONING_TOKENS
+    """Bound on the free text before a constrained call."""
+    kv_cache_gib: int = 2
+    """KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE), unless that variable is set already."""
+
+
+def quiet_vllm_logs() -> None:
+    """Send vLLM's logs to stderr, errors only (stdout carries --json events); the user's settings win."""
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def cpu_has_bf16() -> bool:
+    """True when this CPU computes bf16 natively (AVX512-BF16 or AMX); otherwise float32 is far faster."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+class VLLMEngine:
+    """An Engine over vLLM's AsyncLLM; start it with `await VLLMEngine.start(settings)`."""
+
+    native_tools = False
+
+    def __init__(self, llm: Any, settings: VLLMSettings, started_seconds: float) -> None:
+        self._llm = llm
+        self.settings = settings
+        self.name = settings.name
+        self.started_seconds = started_seconds
+        self.tokenizer = llm.get_tokenizer()
+        self.max_model_len: int = llm.model_config.max_model_len
+        self._aborted: dict[str, None] = {}  # an ordered set, trimmed to ABORTED_KEPT ids
+        self._grammars: dict[str, str] = {}  # tool specs JSON -> structural tag JSON
+
+    @classmethod
+    async def start(cls, settings: VLLMSettings) -> VLLMEngine:
+        """Start the engine core process and load the model (tens of seconds on a CPU)."""
+        quiet_vllm_logs()
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_gib))
+        started = time.monotonic()
+        llm = await asyncio.to_thread(_build_llm, settings)
+        return cls(llm, settings, time.monotonic() - started)
+
+    def render(self, request: LLMRequest) -> list[int]:
+        """The prompt's token ids under the model's chat template."""
+        messages = [_plain_message(m) for m in request.messages]
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def check_fits(self, prompt_tokens: int) -> int:
+        """Output tokens still available; raises ContextTooLong when the prompt leaves no room."""
+        room = self.max_model_len - prompt_tokens
+        if room < 1:
+            raise ContextTooLong(
+                f"the prompt has {prompt_tokens} tokens but the model's context holds {self.max_model_len} "
+                f"({1 - room} too many, counting one token to answer); the conversation must be shortened "
+                "or the model served with a longer --max-model-len")
+        return room
+
+    def sampling_params(self, request: LLMRequest, room: int, ignore_eos: bool = False) -> Any:
+        """vLLM SamplingParams for one request: delta streaming, and the call constraint when asked."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+        extra: dict[str, Any] = {}
+        if self.settings.constrained and request.tools and not ignore_eos:
+            extra = {"structured_outputs": StructuredOutputsParams(structural_tag=self._grammar(request.tools)),
+                     "stop": STOP, "include_stop_str_in_output": True}
+        return SamplingParams(max_tokens=max(1, min(request.max_tokens, room)),
+                              temperature=self.settings.temperature, ignore_eos=ignore_eos,
+                              output_kind=RequestOutputKind.DELTA, **extra)
+
+    def _grammar(self, tools: list[dict[str, Any]]) -> str:
+        key = json.dumps(tools, sort_keys=True)
+        if key not in self._grammars:
+            self._grammars[key] = structural_tag_json(tools, self.settings.reasoning_tokens)
+        return self._grammars[key]
+
+    async def stream(self, request: LLMRequest, *, ignore_eos: bool = False) -> AsyncIterator[Chunk]:
+        """Stream the answer; the last chunk carries usage and the finish reason (`abort` if aborted)."""
+        from vllm.inputs.engine import tokens_input
+
+        if self._llm is None or self._llm.errored:
+            raise EngineDied("the vLLM engine is closed or its process is no longer running; start tao again")
+        ids = self.render(request)
+        params = self.sampling_params(request, self.check_fits(len(ids)), ignore_eos)
+        if self._aborted.pop(request.request_id, False) is None:  # aborted before it was submitted
+            yield Chunk(usage=Usage(prompt_tokens=len(ids)), finish_reason="abort")
+            return
+        submitted = time.monotonic()
+        first = last = None
+        output_tokens = cached = 0
+        finish: str | None = None
+        outputs = self._llm.generate(tokens_input(ids), params, request.request_id, priority=request.priority)
+        try:
+            async with contextlib.aclosing(outputs):
+                async for out in outputs:
+                    completion = out.outputs[0]
+                    if completion.token_ids:
+                        last = time.monotonic()
+                        first = first or last
+                        output_tokens += len(completion.token_ids)
+                    cached = out.num_cached_tokens or cached
+                    if out.finished:
+                        finish = completion.finish_reason
+                    if completion.text:
+                        yield Chunk(text=completion.text)
+                    if request.request_id in self._aborted:
+                        finish = "abort"
+                        break
+        except Exception as exc:  # vLLM's own exception types, mapped to Tao's
+            raise _engine_error(exc, request.request_id) from exc
+        finally:
+            self._aborted.pop(request.request_id, None)
+        usage = Usage(prompt_tokens=len(ids), cached_tokens=cached, output_tokens=output_tokens,
+                      ttft=(first - submitted) if first else None,
+                      decode_seconds=(last - first) if first and last else None)
+        yield Chunk(usage=usage, finish_reason=finish or "abort")
+
+    async def abort(self, request_id: str) -> None:
+        """Stop the request in the engine; its stream ends with finish_reason `abort`."""
+        self._aborted[request_id] = None
+        while len(self._aborted) > ABORTED_KEPT:  # ids of requests that had already finished
+            del self._aborted[next(iter(self._aborted))]
+        if self._llm is not None and not self._llm.errored:
+            await self._llm.abort(request_id)
+
+    async def close(self) -> None:
+        """Shut the engine core process down (once; later calls do nothing)."""
+        llm, self._llm = self._llm, None
+        if llm is None:
+            return
+        handler = getattr(llm, "output_handler", None)
+        if handler is not None:  # stop reading outputs first, so the shutdown is not logged as a crash
+            handler.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await handler
+        await asyncio.to_thread(llm.shutdown)
+        # AsyncLLM.__del__ shuts down again, possibly during interpreter exit where that fails noisily.
+        llm.shutdown = lambda *args, **kwargs: None
+
+
+def _build_llm(settings: VLLMSettings) -> Any:
+    """Import vLLM and construct AsyncLLM (blocking; run in a thread)."""
+    try:
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.platforms import current_platform
+        from vllm.v1.engine.async_llm import AsyncLLM
+    except ImportError as exc:
+        raise EngineUnavailable(f"vLLM is not installed ({exc}); run `{INSTALL_VLLM}`") from None
+    on_cpu = current_platform.is_cpu()
+    args = AsyncEngineArgs(
+        model=settings.model, tokenizer=settings.model, max_model_len=settings.max_model_len,
+        enable_prefix_caching=True, scheduling_policy="priority", disable_log_stats=True,
+        # On a CPU without native bf16, float32 runs several times faster; torch.compile costs minutes
+        # at start and gained nothing measurable here, so CPUs run eager.
+        dtype=("bfloat16" if cpu_has_bf16() else "float32") if on_cpu else "auto",
+        enforce_eager=on_cpu,
+    )
+    try:
+        return AsyncLLM.from_engine_args(args)
+    except (OSError, ValueError) as exc:
+        raise EngineUnavailable(f"vLLM could not load model {settings.model!r}; pass a local model directory "
+                                f"or a Hugging Face name that is cached or downloadable ({exc})") from None
+    except RuntimeError as exc:
+        raise EngineUnavailable(f"the vLLM engine failed to start for {settings.model!r}: {exc}") from None
+
+
+def _engine_error(exc: Exception, request_id: str) -> EngineError:
+    """Tao's error for an exception out of vLLM's generate()."""
+    if isinstance(exc, EngineError):
+        return exc
+    kind = type(exc).__name__
+    message = str(exc)
+    if "context length" in message or "max_model_len" in message:
+        return ContextTooLong(f"vLLM refused request {request_id}: {message}")
+    if kind == "EngineDeadError":
+        return EngineDied(f"the vLLM engine process died during request {request_id}; the trajectory so far "
+                          "is saved; start tao again (see the engine's log above for the cause)")
+    if kind == "EngineGenerateError":
+        return EngineDied(f"vLLM failed during request {request_id}: {exc.__cause__ or message}")
+    return EngineError(f"vLLM rejected request {request_id}: {kind}: {message}")
+
+
+def _plain_message(message: dict[str, Any]) -> dict[str, str]:
+    """A message a plain chat template renders: text content only, tool traffic spelled as text."""
+    role = message.get("role", "user")
+    content = message.get("content") or ""
+    if isinstance(content, list):  # OpenAI content parts
+        content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    if role == "tool":
+        return {"role": "user", "content": f"<tool_result>\n{content}\n</tool_result>"}
+    if role == "assistant" and message.get("tool_calls"):
+        calls = "".join(f"{OPEN}{json.dumps(_call_json(c), ensure_ascii=False)}{CLOSE}" for c in message["tool_calls"])
+        content = "\n".join(part for part in (content, calls) if part)
+    return {"role": role, "content": content}
+
+
+def _call_json(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    arguments = function.get("arguments") or {}
+    if isinstance(arguments, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            arguments = json.loads(arguments)
+    return {"name": function.get("name", ""), "arguments": arguments}

@@ -1,0 +1,137 @@
+"""The real in-process vLLM engine (CPU build) with the embedded model: sessions, prefix cache, abort,
+constrained decoding and context limits. One engine serves every test (tests/conftest.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+from harness import protocol
+from harness.engine.base import Chunk, LLMRequest, Usage
+from harness.errors import ContextTooLong
+from harness.events import LLMEnd, SessionEnd, SessionStart, ToolCall, TrajectoryWriter, read_trajectory
+from harness.session import Session, SessionConfig
+from sandbox import Workspace
+from tests.helpers import EXAMPLES, make_calc_repo
+from tools import default_tools, tool_specs
+from tools.schema import validate_args
+
+pytestmark = pytest.mark.engine
+
+SPECS = tool_specs(default_tools())
+SYSTEM = protocol.render_system_prompt(SPECS, "/work/calc")
+
+
+async def collect(engine, request: LLMRequest, **kwargs) -> tuple[str, Chunk]:
+    """The whole text of one answer and its final chunk."""
+    text, last = "", Chunk()
+    async for chunk in engine.stream(request, **kwargs):
+        text += chunk.text
+        last = chunk
+    return text, last
+
+
+def rid() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+async def test_session_makes_a_parseable_tool_call_end_to_end(vllm_engine, tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    trajectory = tmp_path / "run.jsonl"
+    writer = TrajectoryWriter(trajectory)
+    task = (EXAMPLES / "calc" / "ISSUE.md").read_text()
+    session = Session(task, vllm_engine, Workspace(repo), default_tools(),
+                      SessionConfig(max_steps=2, max_tokens=192), [writer.write])
+    end = await session.run()
+    writer.close()
+    events = read_trajectory(trajectory)
+    assert isinstance(events[0], SessionStart) and events[0].engine.startswith("vllm:")
+    assert isinstance(events[-1], SessionEnd) and events[-1] == end
+    assert end.status in ("finished", "limit"), end.reason
+    calls = [e for e in events if isinstance(e, ToolCall)]
+    assert calls, "the constrained model made no tool call"
+    assert all(call.name in {spec["function"]["name"] for spec in SPECS} for call in calls)
+    answers = [e for e in events if isinstance(e, LLMEnd)]
+    assert answers[0].prompt_tokens > 0 and answers[0].output_tokens > 0 and answers[0].ttft is not None
+    assert protocol.OPEN in answers[0].text
+
+
+async def test_shared_long_prefix_reports_cached_prompt_tokens(vllm_engine) -> None:
+    manual = "\n".join(f"Rule {i}: keep function {i} pure and documented." for i in range(120))
+    prefix = [{"role": "system", "content": f"Project {uuid.uuid4().hex}.\n{manual}"}]
+    first = await collect(vllm_engine, LLMRequest(rid(), prefix + [{"role": "user", "content": "Rule 3?"}], max_tokens=2))
+    second = await collect(vllm_engine, LLMRequest(rid(), prefix + [{"role": "user", "content": "Rule 7?"}], max_tokens=2))
+    cold, warm = first[1].usage, second[1].usage
+    assert cold is not None and warm is not None
+    assert cold.prompt_tokens > 1000 and cold.cached_tokens < 64
+    assert warm.cached_tokens >= cold.prompt_tokens // 2  # whole cache blocks of the shared prefix
+    assert warm.cached_tokens < warm.prompt_tokens
+
+
+async def test_aborted_request_stops_in_the_engine(vllm_engine) -> None:
+    request = LLMRequest(rid(), [{"role": "user", "content": "Tell a very long story."}], max_tokens=4000)
+    chunks: list[Chunk] = []
+    async for chunk in vllm_engine.stream(request, ignore_eos=True):
+        chunks.append(chunk)
+        if len(chunks) == 5:
+            await vllm_engine.abort(request.request_id)
+    final = chunks[-1]
+    assert final.finish_reason == "abort"
+    assert final.usage is not None and final.usage.output_tokens < 100
+    await asyncio.sleep(0.2)
+    assert vllm_engine._llm.get_num_unfinished_requests() == 0
+
+
+async def test_abandoned_stream_is_aborted(vllm_engine) -> None:
+    request = LLMRequest(rid(), [{"role": "user", "content": "Count to a thousand."}], max_tokens=4000)
+    stream = vllm_engine.stream(request, ignore_eos=True)
+    async for _ in stream:
+        break
+    await stream.aclose()
+    await asyncio.sleep(0.2)
+    assert vllm_engine._llm.get_num_unfinished_requests() == 0
+
+
+async def test_constrained_decoding_yields_only_valid_calls(vllm_engine) -> None:
+    tasks = ["Fix the failing test in calc.", "Say hello.", "Find where subtract is defined.",
+             "Write a poem about the sea."]
+    requests = [LLMRequest(rid(), [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}],
+                           SPECS, max_tokens=320) for task in tasks]
+    answers = await asyncio.gather(*(collect(vllm_engine, r) for r in requests))
+    tools = {tool.name: tool for tool in default_tools()}
+    finished = [(text, last) for text, last in answers if last.finish_reason == "stop"]
+    assert finished, "no constrained answer finished within its token budget"
+    for text, _ in finished:
+        parser = protocol.CallParser()
+        parser.feed(text)
+        parser.finish()
+        assert not parser.errors, text
+        [call] = parser.calls
+        assert text.rstrip().endswith(protocol.CLOSE)
+        assert call.name in tools, text
+        validate_args(call.name, tools[call.name].parameters, call.arguments)  # raises ToolError if invalid
+
+
+async def test_prompt_over_the_context_raises_context_too_long(vllm_engine) -> None:
+    huge = "word " * (vllm_engine.max_model_len + 100)
+    with pytest.raises(ContextTooLong, match="too many"):
+        await collect(vllm_engine, LLMRequest(rid(), [{"role": "user", "content": huge}], max_tokens=8))
+
+
+async def test_output_budget_is_trimmed_to_the_context(vllm_engine) -> None:
+    request = LLMRequest(rid(), [{"role": "user", "content": "Hi"}], max_tokens=10)
+    ids = vllm_engine.render(request)
+    params = vllm_engine.sampling_params(request, vllm_engine.check_fits(vllm_engine.max_model_len - 3))
+    assert params.max_tokens == 3 and len(ids) < 50
+    usage = (await collect(vllm_engine, request))[1].usage
+    assert isinstance(usage, Usage) and 0 < usage.output_tokens <= 10
+
+
+async def test_session_over_the_context_stops_with_the_reason(vllm_engine, tmp_path: Path) -> None:
+    task = "Fix add. " + "Context: the quick brown fox. " * 1500
+    session = Session(task, vllm_engine, Workspace(make_calc_repo(tmp_path)), default_tools(), SessionConfig(max_steps=2))
+    end = await session.run()
+    assert end.status == "error" and "context" in end.reason and end.steps == 1
