@@ -253,11 +253,6 @@ def render_system_prompt(tool_specs: list[dict[str, Any]], root: str, native_too
     return SYSTEM_TEMPLATE.format(root=root, tools=lines)
 
 
-def render_call_text(call: ParsedCall) -> str:
-    """A call in the text protocol's own spelling (used when replaying native calls as text)."""
-    return f"{OPEN}{json.dumps({'name': call.name, 'arguments': call.arguments}, ensure_ascii=False)}{CLOSE}"
-
-
 def result_message(call: ParsedCall, output: str, native_tools: bool) -> dict[str, Any]:
     """The message that carries a tool's observation back to the model."""
     if native_tools:

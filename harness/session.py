@@ -156,8 +156,9 @@ class Session:
             self.messages.append({"role": "assistant", "content": raw, "tool_calls": native})
         else:
             calls, errors = parser.calls, parser.errors
-            spelled = "".join(protocol.render_call_text(call) for call in calls)
-            content = "\n".join(part for part in (parser.text.strip(), spelled) if part) if calls else raw
+            # The model's own words, verbatim: the next prompt then shares its tokens with this answer's
+            # KV cache. An answer cut at the stop string gets its closing tag back.
+            content = raw + protocol.CLOSE if calls and not raw.rstrip().endswith(protocol.CLOSE) else raw
             self.messages.append({"role": "assistant", "content": content})
         return Answer(parser.text, calls, errors)
 
