@@ -185,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=cmd_demo, max_steps=8, max_tokens=256)
 
     from harness import cli_engine, cli_sandbox, cli_traces
+    from harness.bench import live as bench_live
     from harness.bench import sandbox as bench_sandbox
 
     cli_engine.register(sub)
@@ -193,6 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="measure Tao on this machine (JSON and a table)")
     bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     cli_engine.register_bench(bench_sub)
+    bench_live.register(bench_sub)
     bench_sandbox.register(bench_sub)
     cli_traces.register_bench(bench_sub)
     return parser

@@ -165,3 +165,19 @@ async def test_a_kind_that_never_pays_is_paused(tmp_path: Path) -> None:
     await scheduler.close()
     launched = len(of(events, SpecLaunch))
     assert 6 <= launched < 9  # judged after six wasted launches, then paused for a while
+
+
+async def test_a_bash_command_is_never_answered_by_the_structured_call_it_amounts_to(tmp_path: Path) -> None:
+    # `cat f` has read_file(f)'s canonical key, but bash prints the file, not read_file's numbered lines.
+    repo = make_calc_repo(tmp_path)
+    scheduler, events = make(repo, ("read_file", {"path": "calc/ops.py"}))
+    [spec] = scheduler.launch("a", 1)
+    await spec.task
+    assert await scheduler.take(ParsedCall("c1", "bash", {"command": "cat calc/ops.py"})) is None
+    read = await authoritative(repo, "read_file", {"path": "calc/ops.py"})
+    scheduler.observe(ToolCall(0.0, 2, "c2", "read_file", {"path": "calc/ops.py"}, "pure"))
+    scheduler.observe(ToolResult(0.1, 2, "c2", "read_file", read, workspace_version=scheduler.workspace.version))
+    assert await scheduler.take(ParsedCall("c3", "bash", {"command": "cat calc/ops.py"})) is None  # not a repeat
+    await scheduler.close()
+    assert not of(events, SpecPromote)
+    assert of(events, SpecDiscard)[0].reason == "not the model's call"

@@ -209,7 +209,13 @@ class SpeculationScheduler:
         arrived = time.monotonic()
         version = self.workspace.refresh()
         self._drop_stale(version)
-        key = canonical(call.name, call.arguments, str(self.workspace.root)).key
+        action = canonical(call.name, call.arguments, str(self.workspace.root))
+        if action.tool != call.name:
+            # A bash command that amounts to a structured call (`cat f` is read_file(f)) shares its key but
+            # prints what bash prints, not what that tool renders: nothing speculated can stand for it.
+            self.discard_all("not the model's call")
+            return None
+        key = action.key
         if (repeat := self._repeat(key, version)) is not None:
             self.discard_all("not the model's call")
             self._totals["repeats"] += 1

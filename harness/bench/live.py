@@ -1,0 +1,435 @@
+"""`tao bench live`: recorded sessions replayed against real repositories, speculation off, on and oracle.
+
+Each session of examples/sessions is replayed by the replay engine (`--tpot-ms` per output token)
+against a fresh copy of its real repository with the real tools, in three modes: `off` (no
+speculation), `on` (Tao's analyzer: the learned model at the default path or `--model`, else rules
+only) and `oracle` (harness.bench.oracle: every call foreseen and started at moment (a) of its step,
+through the same scheduler). Repetitions interleave the modes, rotating their order, so that load
+drifts on a shared machine hit all three. Reported per session and over the mix: mean and p99 session
+time and their ratios to `off`, Tao's saving as a share of the oracle's, hits, waste and the overhead
+per decision (harness.bench.overhead). JSON with `--json`, and a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.bench import sessions as recorded
+from harness.bench.oracle import OracleAnalyzer
+from harness.bench.overhead import Meter
+from harness.engine.replay import ReplayEngine
+from harness.errors import UsageError
+from harness.events import Event, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
+from harness.session import Session, SessionConfig
+from harness.speculation.model import PatternModel, default_model_path
+from harness.speculation.patterns import Analyzer
+from sandbox import Workspace
+from tools import default_tools
+
+MODES = ("off", "on", "oracle")
+SPEC_FIELDS = ("launched", "promoted", "discarded", "repeats", "saved", "wasted")
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The nearest-rank quantile (p99 of 21 values is the largest)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def model_choice(path: Path | None) -> tuple[Path | None, str]:
+    """The pattern model the `on` runs load, and how it was chosen (as the live CLI chooses it)."""
+    if path is not None:
+        if not path.is_file():
+            raise UsageError(f"--model {path} does not exist; build one with `tao traces learn DIR --out {path}`")
+        return path, f"{path} (--model)"
+    default = default_model_path()
+    if default.is_file():
+        return default, f"{default} (default path)"
+    return None, "none: rules and online learning only (no learned model at the default path)"
+
+
+def analyzer_for(mode: str, session: recorded.LiveSession, model: Path | None) -> Any:
+    """No analyzer (off), Tao's default setup (on), or the oracle."""
+    if mode == "off":
+        return None
+    if mode == "oracle":
+        return OracleAnalyzer(session.recording)
+    return Analyzer(PatternModel.load(model) if model is not None else PatternModel())
+
+
+async def run_one(session: recorded.LiveSession, mode: str, tpot: float, model: Path | None,
+                  cache: Path) -> dict[str, Any]:
+    """One replay of one session in one mode, from a fresh copy of its repository."""
+    repo = await asyncio.to_thread(recorded.checkout, session, cache)
+    events: list[Event] = []
+    workspace = Workspace(repo)
+    engine = ReplayEngine(session.recording, seconds_per_token=tpot)
+    config = SessionConfig(max_steps=len(session.recording.turns) + 1, max_seconds=900.0)
+    task = session.recording.task or ""
+    loop = Session(task, engine, workspace, default_tools(), config, [events.append],
+                   analyzer=analyzer_for(mode, session, model))
+    meter = Meter.attach(loop, events)
+    started = time.perf_counter()
+    try:
+        end = await loop.run()
+    finally:
+        seconds = time.perf_counter() - started
+        workspace.close()
+    summary = next((e for e in events if isinstance(e, SpecSummary)), None)
+    promoted = {e.call_id: e for e in events if isinstance(e, SpecPromote)}
+    asked = {e.call_id: json.dumps(e.arguments, sort_keys=True)[:70] for e in events if isinstance(e, ToolCall)}
+    calls = [{"step": e.step, "name": e.name, "call": f"{e.name} {asked.get(e.call_id, '')}", "duration": e.duration,
+              "promoted": e.call_id in promoted, "waited": promoted[e.call_id].waited if e.call_id in promoted else 0.0}
+             for e in events if isinstance(e, ToolResult)]
+    trace = json.dumps(comparable(events), sort_keys=True, default=str)
+    return {"session": session.name, "mode": mode, "seconds": seconds, "status": end.status, "steps": end.steps,
+            "spec": {f: getattr(summary, f) if summary else 0 for f in SPEC_FIELDS},
+            "overhead": meter.to_dict(), "calls": calls, "trace": hashlib.sha256(trace.encode()).hexdigest()[:16]}
+
+
+def order(rep: int, index: int) -> list[str]:
+    """The modes of one session in one repetition, rotated so that none always runs first."""
+    shift = (rep + index) % len(MODES)
+    return list(MODES[shift:] + MODES[:shift])
+
+
+async def run_all(selected: list[recorded.LiveSession], repeat: int, tpot: float, model: Path | None,
+                  cache: Path, progress: bool = True) -> list[dict[str, Any]]:
+    """Every session in every mode, `repeat` times, interleaved."""
+    for session in selected:  # build or fetch every repository before anything is timed
+        await asyncio.to_thread(recorded.template, session, cache)
+    runs = []
+    for rep in range(repeat):
+        for index, session in enumerate(selected):
+            for mode in order(rep, index):
+                run = await run_one(session, mode, tpot, model, cache)
+                run["rep"] = rep
+                runs.append(run)
+                if progress:
+                    print(f"  rep {rep + 1}/{repeat} {session.name:24} {mode:6} {run['seconds']:7.2f} s "
+                          f"{run['status']}, promoted {run['spec']['promoted']}, repeats {run['spec']['repeats']}, "
+                          f"load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+    return runs
+
+
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
+
+
+def _ratio(a: float, b: float) -> float:
+    return round(a / b, 4) if b else 0.0
+
+
+def _share(saving: float, oracle: float) -> float | None:
+    return round(saving / oracle, 4) if oracle > 0 else None
+
+
+def spec_means(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Mean speculation totals per session run."""
+    return {f: round(_mean([r["spec"][f] for r in runs]), 4) for f in SPEC_FIELDS}
+
+
+def overhead_summary(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Speculation bookkeeping: per decision (one launch at one moment), per take, and per session."""
+    launch = [t for r in runs for t in r["overhead"]["launch"]]
+    take = [t for r in runs for t in r["overhead"]["take"]]
+    predict = [t for r in runs for t in r["overhead"]["predict"]]
+    decisions = sum(r["overhead"]["decisions"] for r in runs)
+    total = sum(r["overhead"]["total"] for r in runs)
+    seconds = sum(r["seconds"] for r in runs)
+    ms = lambda value: round(value * 1000, 3)  # noqa: E731
+    return {"decisions": decisions, "ms_per_decision": ms(total / decisions) if decisions else 0.0,
+            "launch_ms_mean": ms(_mean(launch)), "launch_ms_p99": ms(quantile(launch, 0.99)),
+            "predict_ms_mean": ms(_mean(predict)), "predict_ms_p99": ms(quantile(predict, 0.99)),
+            "take_ms_mean": ms(_mean(take)), "take_ms_p99": ms(quantile(take, 0.99)),
+            "observe_ms_per_run": ms(sum(r["overhead"]["observe"] for r in runs) / len(runs)) if runs else 0.0,
+            "close_ms_per_run": ms(sum(r["overhead"].get("close", 0.0) for r in runs) / len(runs)) if runs else 0.0,
+            "seconds_per_run": round(total / len(runs), 4) if runs else 0.0,
+            "share_of_session_time": round(total / seconds, 5) if seconds else 0.0}
+
+
+def slowed_promotions(runs: list[dict[str, Any]], mode: str) -> dict[str, Any]:
+    """Calls promoted while their speculation still ran, against the same call run authoritatively."""
+    off: dict[tuple[str, int], list[float]] = {}
+    for run in runs:
+        if run["mode"] == "off":
+            for index, call in enumerate(run["calls"]):
+                off.setdefault((run["session"], index), []).append(call["duration"])
+    waited, slower = [], []
+    for run in runs:
+        if run["mode"] != mode:
+            continue
+        for index, call in enumerate(run["calls"]):
+            if call["promoted"] and call["waited"] > 0 and (run["session"], index) in off:
+                base = _mean(off[(run["session"], index)])
+                waited.append((call["duration"], base))
+                if call["duration"] > base:
+                    slower.append({"session": run["session"], "step": call["step"], "name": call["name"],
+                                   "on_s": round(call["duration"], 3), "off_mean_s": round(base, 3)})
+    return {"promoted_while_running": len(waited), "slower_than_off": len(slower),
+            "mean_on_s": round(_mean([w[0] for w in waited]), 4), "mean_off_s": round(_mean([w[1] for w in waited]), 4),
+            "worst": sorted(slower, key=lambda s: s["off_mean_s"] - s["on_s"])[:5]}
+
+
+def unpromoted(runs: list[dict[str, Any]], mode: str = "on") -> dict[str, float]:
+    """Calls that `mode` never promoted: their mean tool wait there against off (do speculations slow them?)."""
+    waits: dict[tuple[str, int], dict[str, list[float]]] = {}
+    hit: set[tuple[str, int]] = set()
+    for run in runs:
+        for index, call in enumerate(run["calls"]):
+            waits.setdefault((run["session"], index), {m: [] for m in MODES})[run["mode"]].append(call["duration"])
+            if run["mode"] == mode and call["promoted"]:
+                hit.add((run["session"], index))
+    kept = [w for key, w in waits.items() if key not in hit and w["off"] and w[mode]]
+    return {"calls": len(kept), "off_s": round(sum(_mean(w["off"]) for w in kept), 3),
+            f"{mode}_s": round(sum(_mean(w[mode]) for w in kept), 3)}
+
+
+def call_gaps(runs: list[dict[str, Any]], top: int = 8) -> dict[str, Any]:
+    """Where Tao falls short of the oracle: per call, mean tool wait off, on and oracle (the largest gaps)."""
+    waits: dict[tuple[str, int], dict[str, list[float]]] = {}
+    labels: dict[tuple[str, int], str] = {}
+    for run in runs:
+        for index, call in enumerate(run["calls"]):
+            waits.setdefault((run["session"], index), {m: [] for m in MODES})[run["mode"]].append(call["duration"])
+            labels[(run["session"], index)] = call["call"]
+    rows = []
+    for (session, index), by_mode in waits.items():
+        means = {m: _mean(v) for m, v in by_mode.items()}
+        rows.append({"session": session, "step": index + 1, "call": labels[(session, index)],
+                     **{f"{m}_s": round(means[m], 3) for m in MODES}, "gap_s": round(means["on"] - means["oracle"], 3)})
+    rows.sort(key=lambda row: -row["gap_s"])
+    return {"gap_s": round(sum(row["gap_s"] for row in rows), 3), "largest": rows[:top]}
+
+
+def paired_ratios(runs: list[dict[str, Any]], mode: str = "on") -> dict[str, list[float]]:
+    """Per session, on/off of each repetition (the spread that load drifts leave)."""
+    off = {(r["session"], r["rep"]): r["seconds"] for r in runs if r["mode"] == "off"}
+    out: dict[str, list[float]] = {}
+    for run in runs:
+        if run["mode"] == mode and (run["session"], run["rep"]) in off:
+            out.setdefault(run["session"], []).append(_ratio(run["seconds"], off[(run["session"], run["rep"])]))
+    return out
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-session and whole-mix statistics of the runs (pure arithmetic; tests cover it)."""
+    names = list(dict.fromkeys(r["session"] for r in runs))
+    by = {(n, m): [r for r in runs if r["session"] == n and r["mode"] == m] for n in names for m in MODES}
+    per_session: dict[str, Any] = {}
+    for name in names:
+        row: dict[str, Any] = {}
+        for mode in MODES:
+            times = [r["seconds"] for r in by[(name, mode)]]
+            waits = [sum(c["duration"] for c in r["calls"]) for r in by[(name, mode)]]
+            row[mode] = {"mean": round(_mean(times), 4), "p99": round(quantile(times, 0.99), 4), "runs": len(times),
+                         "tool_wait": round(_mean(waits), 4)}
+        off = row["off"]["mean"]
+        row["ratio"], row["oracle_ratio"] = _ratio(row["on"]["mean"], off), _ratio(row["oracle"]["mean"], off)
+        row["saving_s"] = round(off - row["on"]["mean"], 4)
+        row["oracle_saving_s"] = round(off - row["oracle"]["mean"], 4)
+        row["share_of_oracle"] = _share(row["saving_s"], row["oracle_saving_s"])
+        row["spec"] = spec_means(by[(name, "on")])
+        row["oracle_spec"] = spec_means(by[(name, "oracle")])
+        per_session[name] = row
+    total: dict[str, Any] = {}
+    for mode in MODES:
+        times = [r["seconds"] for r in runs if r["mode"] == mode]
+        total[f"mean_{mode}"] = round(_mean(times), 4)
+        total[f"p99_{mode}"] = round(quantile(times, 0.99), 4)
+        total[f"tool_wait_{mode}"] = round(sum(row[mode]["tool_wait"] for row in per_session.values()), 4)
+    saving = sum(row["saving_s"] for row in per_session.values())
+    oracle_saving = sum(row["oracle_saving_s"] for row in per_session.values())
+    total.update({
+        "ratio_mean": _ratio(total["mean_on"], total["mean_off"]),
+        "ratio_p99": _ratio(total["p99_on"], total["p99_off"]),
+        "ratio_max": max((row["ratio"] for row in per_session.values()), default=0.0),
+        "oracle_ratio_mean": _ratio(total["mean_oracle"], total["mean_off"]),
+        "oracle_ratio_p99": _ratio(total["p99_oracle"], total["p99_off"]),
+        "oracle_ratio_max": max((row["oracle_ratio"] for row in per_session.values()), default=0.0),
+        "saving_s": round(saving, 4), "oracle_saving_s": round(oracle_saving, 4),
+        "share_of_oracle": _share(saving, oracle_saving),
+        "spec": spec_means([r for r in runs if r["mode"] == "on"]),
+        "oracle_spec": spec_means([r for r in runs if r["mode"] == "oracle"]),
+    })
+    reference = {(r["session"], r["rep"]): r["trace"] for r in runs if r["mode"] == "off"}
+    checked = [r for r in runs if r["mode"] != "off" and (r["session"], r["rep"]) in reference]
+    return {
+        "ratio_mean": total["ratio_mean"], "ratio_p99": total["ratio_p99"], "ratio_max": total["ratio_max"],
+        "share_of_oracle": total["share_of_oracle"], "total": total, "sessions": per_session,
+        "overhead": overhead_summary([r for r in runs if r["mode"] == "on"]),
+        "oracle_overhead": overhead_summary([r for r in runs if r["mode"] == "oracle"]),
+        "slowed_promotions": {m: slowed_promotions(runs, m) for m in ("on", "oracle")},
+        "call_gaps": call_gaps(runs), "paired_ratios": paired_ratios(runs), "unpromoted": unpromoted(runs),
+        "trajectories_equal": sum(r["trace"] == reference[(r["session"], r["rep"])] for r in checked),
+        "trajectories_checked": len(checked),
+        "not_finished": [f"{r['session']}/{r['mode']}/{r['rep']}: {r['status']}" for r in runs if r["status"] != "finished"],
+    }
+
+
+def machine() -> dict[str, Any]:
+    """Cores, CPU model, load and Python, for the report."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "cpu": model, "python": platform.python_version(),
+            "load": [round(x, 2) for x in os.getloadavg()]}
+
+
+def bench_environment() -> None:
+    """The environment the recorded sessions expect, set in this process (tools inherit it).
+
+    `python` is the interpreter Tao runs under, as in an activated venv; pytest loads no plugins from
+    it (each package's own test environment has only pytest), which also keeps Tao's own dev plugins
+    from adding seconds of start-up and warnings to every test run.
+    """
+    bin_dir = str(Path(sys.executable).parent)
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+
+
+def run(session_dir: Path = recorded.SESSIONS_DIR, only: list[str] | None = None, repeat: int = 3,
+        tpot_ms: float = 10.0, model: Path | None = None, cache: Path | None = None,
+        progress: bool = True) -> dict[str, Any]:
+    """The whole benchmark: build the repositories, run every session in every mode, summarize."""
+    if repeat < 1 or tpot_ms < 0:
+        raise UsageError("--repeat must be at least 1 and --tpot-ms at least 0")
+    selected = recorded.load_sessions(session_dir, only)
+    model_path, model_note = model_choice(model)
+    cache = cache or recorded.cache_dir()
+    bench_environment()
+    before = machine()
+    started = time.perf_counter()
+    runs = asyncio.run(run_all(selected, repeat, tpot_ms / 1000, model_path, cache, progress))
+    (cache / "last-runs.json").write_text(json.dumps(runs), encoding="utf-8")  # every call, to look into later
+    result = summarize(runs)
+    after = machine()
+    result["config"] = {"tpot_ms": tpot_ms, "repeat": repeat, "model": model_note,
+                        "sessions": [recorded.describe(s) for s in selected], "seconds": round(time.perf_counter() - started, 1)}
+    load_before = before.pop("load")
+    result["machine"] = {**before, "load_before": load_before, "load_after": after["load"]}
+    result["runs"] = [{k: r[k] for k in ("session", "mode", "rep", "seconds", "status", "spec")} for r in runs]
+    return result
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0%}"
+
+
+def table(result: dict[str, Any]) -> str:
+    """The result as a plain-text table."""
+    config, total = result["config"], result["total"]
+    lines = [f"tao bench live: {len(config['sessions'])} sessions x {config['repeat']} repetitions, "
+             f"{config['tpot_ms']:g} ms per output token; model: {config['model']}",
+             f"{'session':26}{'off s':>8}{'on s':>8}{'oracle s':>9}{'on/off':>8}{'orc/off':>8}{'share':>7}"
+             f"{'promo':>7}{'rep':>5}{'waste s':>8}"]
+    for name, row in result["sessions"].items():
+        lines.append(f"{name:26}{row['off']['mean']:8.2f}{row['on']['mean']:8.2f}{row['oracle']['mean']:9.2f}"
+                     f"{row['ratio']:8.3f}{row['oracle_ratio']:8.3f}{_pct(row['share_of_oracle']):>7}"
+                     f"{row['spec']['promoted']:7.1f}{row['spec']['repeats']:5.1f}{row['spec']['wasted']:8.2f}")
+    spec = total["spec"]
+    lines.append(f"{'all (mean)':26}{total['mean_off']:8.2f}{total['mean_on']:8.2f}{total['mean_oracle']:9.2f}"
+                 f"{total['ratio_mean']:8.3f}{total['oracle_ratio_mean']:8.3f}{_pct(total['share_of_oracle']):>7}"
+                 f"{spec['promoted']:7.1f}{spec['repeats']:5.1f}{spec['wasted']:8.2f}")
+    lines.append(f"{'all (p99)':26}{total['p99_off']:8.2f}{total['p99_on']:8.2f}{total['p99_oracle']:9.2f}"
+                 f"{total['ratio_p99']:8.3f}{total['oracle_ratio_p99']:8.3f}")
+    over = result["overhead"]
+    lines.append(f"tool wait (seconds the sessions waited on tools, summed over the sessions): off "
+                 f"{total['tool_wait_off']:.2f}, on {total['tool_wait_on']:.2f}, oracle {total['tool_wait_oracle']:.2f}")
+    lines.append(f"saving: Tao {total['saving_s']:.2f} s, oracle {total['oracle_saving_s']:.2f} s over the mix "
+                 f"(share {_pct(total['share_of_oracle'])}); worst session on/off {total['ratio_max']:.3f}, "
+                 f"oracle {total['oracle_ratio_max']:.3f}")
+    lines.append(f"speculation per run (on): launched {spec['launched']:.1f}, promoted {spec['promoted']:.1f}, "
+                 f"repeats {spec['repeats']:.1f}, discarded {spec['discarded']:.1f}, saved {spec['saved']:.2f} s, "
+                 f"wasted {spec['wasted']:.2f} s")
+    lines.append(f"overhead per decision {over['ms_per_decision']:.3f} ms (launch mean {over['launch_ms_mean']:.3f} "
+                 f"p99 {over['launch_ms_p99']:.3f}, predict mean {over['predict_ms_mean']:.3f} p99 "
+                 f"{over['predict_ms_p99']:.3f}, take mean {over['take_ms_mean']:.3f} p99 {over['take_ms_p99']:.3f}, "
+                 f"close {over['close_ms_per_run']:.1f} ms a run); "
+                 f"{over['seconds_per_run']:.3f} s per run, {over['share_of_session_time']:.2%} of session time")
+    gaps = result["call_gaps"]
+    lines.append(f"tool wait Tao leaves to the oracle: {gaps['gap_s']:.2f} s over the mix; largest:")
+    for row in gaps["largest"][:4]:
+        lines.append(f"  {row['session']} step {row['step']}: {row['call'][:60]} off {row['off_s']:.2f} s, "
+                     f"on {row['on_s']:.2f} s, oracle {row['oracle_s']:.2f} s")
+    miss = result["unpromoted"]
+    lines.append(f"calls Tao never promoted ({miss['calls']}): tool wait off {miss['off_s']:.2f} s, on {miss['on_s']:.2f} s")
+    slow = result["slowed_promotions"]["on"]
+    lines.append(f"promoted while still running (on): {slow['promoted_while_running']}, slower than the same call off: "
+                 f"{slow['slower_than_off']}")
+    lines.append(f"trajectories equal to the off run's: {result['trajectories_equal']}/{result['trajectories_checked']}"
+                 + (f"; not finished: {', '.join(result['not_finished'])}" if result["not_finished"] else ""))
+    m = result["machine"]
+    lines.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load_before']} -> "
+                 f"{m['load_after']}; {config['seconds']:.0f} s in all")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `tao bench live`."""
+    parser.add_argument("--sessions", type=Path, default=recorded.SESSIONS_DIR,
+                        help="folder of recorded session files (default: examples/sessions)")
+    parser.add_argument("--only", help="comma-separated session names to run (default: all)")
+    parser.add_argument("--repeat", type=int, default=3, help="repetitions, modes interleaved (default 3)")
+    parser.add_argument("--tpot-ms", type=float, default=10.0, help="replay milliseconds per output token (default 10)")
+    parser.add_argument("--model", type=Path, help="learned pattern model for the `on` runs "
+                                                  f"(default {default_model_path()} if present, else rules only)")
+    parser.add_argument("--cache", type=Path, help=f"repositories and run copies (default {recorded.cache_dir()})")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (table on stderr)")
+
+
+def cmd_live(args: argparse.Namespace) -> int:
+    """Run the benchmark and print it."""
+    only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
+    result = run(args.sessions, only, args.repeat, args.tpot_ms, args.model, args.cache)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        print(table(result), file=sys.stderr)
+    else:
+        print(table(result))
+    return 0
+
+
+def register(bench_subparsers: Any) -> None:
+    """Add `live` to `tao bench`."""
+    parser = bench_subparsers.add_parser(
+        "live", help="recorded sessions against real repositories: speculation off, on and oracle",
+        description="Replay recorded sessions against real repositories with real tools, with speculation "
+                    "off, on (Tao's analyzer) and oracle (every call foreseen), interleaved.")
+    add_arguments(parser)
+    parser.set_defaults(func=cmd_live)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.bench.live ...` (the same options as `tao bench live`)."""
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.live")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return cmd_live(args)
+    except UsageError as exc:
+        print(f"tao: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

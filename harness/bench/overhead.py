@@ -1,0 +1,97 @@
+"""Time what speculation adds to a session's hot path, without changing what it does.
+
+    meter = Meter.attach(session, events)   # after Session(...), before session.run()
+
+It wraps, on this one session's objects: the analyzer's `predict`, the scheduler's `launch` (predict,
+admission, starting the tasks), `take` (less the time it waited for a still-running speculation,
+which is tool time, not bookkeeping), `observe` (the analyzer following every event) and `close`
+(killing what still runs at the end and removing its overlays, before session_end). All of these run
+on the event loop between two tokens, before a tool call or before the session ends, so their sum is
+added session time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.events import Event, SpecPromote
+from harness.protocol import ParsedCall
+from harness.session import Session
+from tools.base import Observation
+
+
+@dataclass
+class Meter:
+    """Seconds spent in each part of the speculation machinery during one session."""
+
+    launch: list[float] = field(default_factory=list)
+    take: list[float] = field(default_factory=list)
+    predict: list[float] = field(default_factory=list)
+    observe: float = 0.0
+    close: float = 0.0  # ending the session: killing what still runs and removing its overlays
+
+    @classmethod
+    def attach(cls, session: Session, events: list[Event]) -> Meter:
+        """Wrap the session's scheduler and analyzer; `events` is a sink list of the same session."""
+        meter = cls()
+        scheduler = session.speculation
+        if scheduler is None:
+            return meter
+        analyzer: Any = scheduler.analyzer
+        analyzer.predict = meter._timed(analyzer.predict, meter.predict)
+        scheduler.launch = meter._timed(scheduler.launch, meter.launch)  # type: ignore[method-assign]
+        take = scheduler.take
+
+        async def timed_take(call: ParsedCall) -> Observation | None:
+            seen, started = len(events), time.perf_counter()
+            try:
+                return await take(call)
+            finally:
+                spent = time.perf_counter() - started
+                waited = sum(e.waited for e in events[seen:] if isinstance(e, SpecPromote) and e.call_id == call.call_id)
+                meter.take.append(max(0.0, spent - waited))
+
+        scheduler.take = timed_take  # type: ignore[method-assign]
+        close = scheduler.close
+
+        async def timed_close() -> None:
+            started = time.perf_counter()
+            try:
+                await close()
+            finally:
+                meter.close += time.perf_counter() - started
+
+        scheduler.close = timed_close  # type: ignore[method-assign]
+        index = session.sinks.index(scheduler.observe)
+        observe = scheduler.observe
+
+        def timed_observe(event: Event) -> None:
+            started = time.perf_counter()
+            observe(event)
+            meter.observe += time.perf_counter() - started
+
+        session.sinks[index] = timed_observe
+        return meter
+
+    @staticmethod
+    def _timed(function: Callable[..., Any], into: list[float]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                into.append(time.perf_counter() - started)
+        return timed
+
+    @property
+    def total(self) -> float:
+        """Seconds of speculation bookkeeping in the session (predict is inside launch)."""
+        return sum(self.launch) + sum(self.take) + self.observe + self.close
+
+    def to_dict(self) -> dict[str, Any]:
+        """The raw measurements, in seconds."""
+        return {"decisions": len(self.launch), "launch": self.launch, "take": self.take, "predict": self.predict,
+                "observe": self.observe, "close": self.close, "total": self.total}
