@@ -232,8 +232,23 @@ def apply_limits(spec: dict) -> None:
             resource.setrlimit(getattr(resource, name), (soft, hard))
         if spec.get("nice"):
             os.nice(spec["nice"])
+            nice_autogroup(spec["nice"])
     except (OSError, ValueError) as exc:
         raise StepFailed("limits", getattr(exc, "errno", 0) or errno.EINVAL, str(exc)) from None
+
+
+def nice_autogroup(nice: int) -> None:
+    """Lower the CPU weight of this session's autogroup too (best effort).
+
+    With sched_autogroup on, every new session is its own scheduling group at equal weight, so a
+    process's own nice only ranks it inside that group: without this, a niced speculative run takes
+    as much CPU as the authoritative work it should yield to.
+    """
+    try:
+        with open("/proc/self/autogroup", "w") as handle:
+            handle.write(str(nice))
+    except OSError:
+        pass  # no autogroups on this kernel, or not allowed: the process nice still applies
 
 
 def exec_command(spec: dict, argv: list[str]) -> None:

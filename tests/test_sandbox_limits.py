@@ -78,6 +78,16 @@ async def test_low_priority(workspace: Workspace, state_base: Path) -> None:  # 
     assert int(result.text) == min(19, os.nice(0) + Limits().nice)
 
 
+async def test_low_priority_holds_against_other_sessions(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    """With autogroups, a run's own session is niced as a group, or its nice would not count."""
+    enabled = Path("/proc/sys/kernel/sched_autogroup_enabled")
+    if not enabled.exists() or enabled.read_text().strip() != "1":
+        pytest.skip("no scheduler autogroups on this kernel: the process nice is all there is")
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run(["cat", "/proc/self/autogroup"])
+    assert result.text.split()[-1] == str(Limits().nice)
+
+
 async def test_no_network_but_loopback_works(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
     if not (await detect(state_base)).netns:
         pytest.skip("no network namespace here: speculative runs keep the host network")
