@@ -70,6 +70,11 @@ def add_session_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--test-command", help="the project's test command for run_tests (default: detected)")
     parser.add_argument("--no-speculation", action="store_true",
                         help="run every tool call only when the model asks (no speculation)")
+    parser.add_argument("--no-warm", action="store_true",
+                        help="do not pre-fill the next prompt on a guessed observation while a test runs")
+    parser.add_argument("--provisional", action="store_true",
+                        help="also start the next model step on the guessed observation (kept only if it "
+                             "matches the real one byte for byte)")
     parser.add_argument("--patterns", type=Path,
                         help="learned pattern model for speculation (default ~/.cache/tao/patterns.json "
                              "if present; build one with `tao traces learn`)")
@@ -96,7 +101,8 @@ async def run_session(task: str, repo: Path, args: argparse.Namespace) -> Sessio
         sinks.append(lambda event: print(event.to_json(), flush=True))
     try:
         tools = default_tools(test_command=args.test_command)
-        end = await Session(task, engine, workspace, tools, config, sinks, analyzer=analyzer).run()
+        end = await Session(task, engine, workspace, tools, config, sinks, analyzer=analyzer,
+                            warm=not args.no_warm, provisional=args.provisional).run()
     finally:
         writer.close()
         workspace.close()

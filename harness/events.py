@@ -185,6 +185,29 @@ class SpecDiscard(Event):
 
 
 @dataclass
+class SpecObsWarm(Event):
+    """While a tool runs, the next prompt is pre-filled on a guessed observation (AOSpec)."""
+
+    type: ClassVar[str] = "spec_obs_warm"
+    step: int
+    call_id: str
+    source: str  # where the guess came from: last_run (the same call's last real output)
+    provisional: bool  # the next Think step itself started on the guess
+    predicted_chars: int
+
+
+@dataclass
+class SpecObsSettle(Event):
+    """The real observation arrived: did it match the guess byte for byte?"""
+
+    type: ClassVar[str] = "spec_obs_settle"
+    step: int
+    call_id: str
+    matched: bool  # False: the warm request was aborted and nothing of the guess was used
+    warmed_tokens: int | None  # prompt tokens the warm request had pre-filled, if it finished
+
+
+@dataclass
 class SpecSummary(Event):
     """Speculation totals for the session, written just before session_end."""
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, SpecPromote, SpecSummary, ToolCall,
-                            ToolResult)
+from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, SpecObsSettle, SpecPromote,
+                            SpecSummary, ToolCall, ToolResult)
 
 PREVIEW_LINES = 6
 
@@ -49,6 +49,9 @@ class HumanLog:
             case SpecPromote():
                 how = "served from a speculated read" if event.sliced else "from speculation"
                 return f"{stamp} <- result {how} ({event.saved:.2f}s hidden)"
+            case SpecObsSettle(matched=True):
+                warmed = f" ({event.warmed_tokens} prompt tokens warmed)" if event.warmed_tokens else ""
+                return f"{stamp} <- the output matched the guess: the next step starts from a warm cache{warmed}"
             case SpecSummary():
                 return (f"{stamp} speculation: {event.launched} launched, {event.promoted} promoted, "
                         f"{event.discarded} discarded, {event.repeats} repeats answered; "

@@ -10,15 +10,16 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from harness import protocol
-from harness.engine.base import Engine, LLMRequest, Usage
+from harness.engine.base import Chunk, Engine, LLMRequest, Usage
 from harness.errors import EngineError, Finished, LimitExceeded, SessionStop
 from harness.events import (Event, FormatError, LLMEnd, LLMFirstToken, LLMStart, SessionEnd, SessionStart,
                             ToolCall, ToolResult)
+from harness.speculation.observation import ObservationSpeculator, Warm
 from harness.speculation.patterns import Analyzer, Partial
 from harness.speculation.prefix import args_prefix_of
 from harness.speculation.scheduler import Budget, SpeculationScheduler
@@ -57,8 +58,13 @@ class Session:
 
     def __init__(self, task: str, engine: Engine, workspace: Workspace, tools: list[Tool],
                  config: SessionConfig = SessionConfig(), sinks: list[EventSink] | None = None,
-                 analyzer: Analyzer | None = None, budget: Budget = Budget()) -> None:
-        """With an `analyzer`, predicted calls run ahead of the model (speculation); without, none do."""
+                 analyzer: Analyzer | None = None, budget: Budget = Budget(), warm: bool = True,
+                 provisional: bool = False) -> None:
+        """With an `analyzer`, predicted calls run ahead of the model (speculation); without, none do.
+
+        `warm` pre-fills the next prompt on a guessed observation while a slow tool runs; `provisional`
+        also starts the next Think step on it (both need speculation and a prefix-caching engine).
+        """
         self.task, self.engine, self.workspace, self.config = task, engine, workspace, config
         self.tools = {tool.name: tool for tool in tools}
         self.sinks = list(sinks or [])
@@ -66,6 +72,9 @@ class Session:
                             if analyzer is not None else None)
         if self.speculation is not None:
             self.sinks.insert(0, self.speculation.observe)
+        self.observation = (ObservationSpeculator(engine, self.emit, self.now, provisional)
+                            if self.speculation is not None and warm else None)
+        self._provisional: Warm | None = None  # a next Think step started on a guess that proved right
         self.session_id = uuid.uuid4().hex[:12]
         self.steps = 0
         self.output_tokens = 0
@@ -104,6 +113,8 @@ class Session:
             status, reason = "interrupted", "interrupted by the user"
             raise
         finally:
+            if self.observation is not None:
+                await self.observation.close()
             if self.speculation is not None:
                 await self.speculation.close()
             end = SessionEnd(self.now(), status, reason, summary, self.steps,
@@ -132,11 +143,12 @@ class Session:
         """Stream one answer from the engine, parsing calls as they arrive."""
         request = LLMRequest(f"{self.session_id}-{self.steps}", list(self.messages),
                              tool_specs(list(self.tools.values())), self.config.max_tokens)
+        stream = await self.open_stream(request)
         self.emit(LLMStart(self.now(), self.steps, request.request_id, len(request.messages)))
         parser = protocol.CallParser(id_prefix=f"call_{self.steps}")
         self._prefixed: set[int] = set()  # calls whose first-argument prefix has been predicted on
         raw, native, usage, finish_reason = "", None, Usage(), None
-        async for chunk in self.engine.stream(request):
+        async for chunk in stream:
             if chunk.text:
                 if not raw:
                     self.emit(LLMFirstToken(self.now(), self.steps, request.request_id))
@@ -176,7 +188,10 @@ class Session:
                                       is_error=True)
         else:
             promoted = await self.speculation.take(call) if self.speculation is not None else None
+            warm = self.warm_up(call, tool) if promoted is None else None
             observation = promoted or await run_tool(tool, call.arguments, self.workspace)
+            if warm is not None and self.observation is not None:
+                self._provisional = await self.observation.settle(warm, observation.text)
             if tool.effect is Effect.MUTATING:
                 self.workspace.bump()
             elif tool.effect is Effect.SANDBOXED:
@@ -186,6 +201,27 @@ class Session:
                              self.workspace.version, round(time.monotonic() - started, 6)))
         self.messages.append(protocol.result_message(call, observation.text, self.engine.native_tools))
         return observation
+
+    async def open_stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+        """The engine's answer; a provisional step already started on the right guess is adopted."""
+        provisional, self._provisional = self._provisional, None
+        if provisional is None or self.observation is None:
+            return self.engine.stream(request)
+        if provisional.request.messages == request.messages:
+            return self.observation.adopt(provisional)
+        await self.observation.drop(provisional)  # a second call in the same turn changed the prompt
+        return self.engine.stream(request)
+
+    def warm_up(self, call: protocol.ParsedCall, tool: Tool) -> Warm | None:
+        """Pre-fill the next prompt on the output this call gave last time, while it runs for real."""
+        if self.observation is None or self.speculation is None or tool.effect is not Effect.SANDBOXED:
+            return None
+        predicted = self.speculation.last_output(call)
+        if predicted is None:
+            return None
+        messages = [*self.messages, protocol.result_message(call, predicted, self.engine.native_tools)]
+        return self.observation.start(self.steps, call.call_id, predicted, messages,
+                                      tool_specs(list(self.tools.values())), self.config.max_tokens)
 
     def speculate_early(self, event: protocol.ParseEvent, parser: protocol.CallParser) -> None:
         """Moments (b) and (c): the reasoning is complete; the call's name and first characters are known."""

@@ -16,6 +16,7 @@ class LLMRequest:
     tools: list[dict[str, Any]] = field(default_factory=list)  # OpenAI `tools` entries
     max_tokens: int = 1024
     priority: int = 0  # lower runs first (vLLM's convention); speculative work uses higher numbers
+    force: str | None = None  # the exact answer to produce (replaying a recorded turn through a real engine)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class Engine(Protocol):
 
     name: str  # shown to users and recorded in session_start, e.g. "replay:run.jsonl"
     native_tools: bool  # True when the engine returns tool calls itself (no text protocol needed)
+    prefix_cache: bool  # True when a prefill request warms the cache for a later request with that prefix
 
     def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]: ...
 

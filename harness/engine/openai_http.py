@@ -9,6 +9,7 @@ Aborting a request closes its HTTP stream, which makes vLLM abort it in the engi
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -44,6 +45,7 @@ class OpenAIEngine:
         self.model = model
         self.native_tools = native_tools
         self.is_vllm = is_vllm
+        self.prefix_cache = is_vllm  # vLLM caches prefixes; other servers may, but say nothing of it
         self.constrained = constrained
         self.temperature = temperature
         self.reasoning_tokens = reasoning_tokens
@@ -84,7 +86,10 @@ class OpenAIEngine:
         body: dict[str, Any] = {"model": self.model, "messages": request.messages, "stream": True,
                                 "stream_options": {"include_usage": True}, "max_tokens": request.max_tokens,
                                 "temperature": self.temperature}
-        if request.tools and self.native_tools:
+        if request.force is not None and self.is_vllm:
+            body["structured_outputs"] = {"regex": re.escape(request.force)}
+            body["temperature"] = 0.0  # the same text then always takes the same tokens
+        elif request.tools and self.native_tools:
             body["tools"] = request.tools
         elif request.tools and self.constrained and self.is_vllm:
             body["structured_outputs"] = {"structural_tag": structural_tag_json(request.tools, self.reasoning_tokens)}

@@ -11,11 +11,11 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.engine.base import Chunk, LLMRequest, Usage
+from harness.engine.base import Chunk, Engine, LLMRequest, Usage
 from harness.errors import ReplayExhausted, UsageError
 from harness.events import LLMEnd, SessionStart, read_trajectory
 
@@ -80,6 +80,7 @@ class ReplayEngine:
         self.seconds_per_token = seconds_per_token
         self.name = name
         self.native_tools = any(turn.tool_calls for turn in recording.turns)
+        self.prefix_cache = False  # every request takes the next recorded turn; there is nothing to warm
         self._next = 0
         self._aborted: set[str] = set()
 
@@ -112,3 +113,36 @@ class ReplayEngine:
 
     async def close(self) -> None:
         return None
+
+
+class ForcedReplayEngine:
+    """Replays recorded turns through a real engine, forcing each answer to the recorded text.
+
+    The engine's timing and prefix cache are real while the conversation is the recorded one. The turn
+    is chosen by the number of assistant messages in the prompt, so a provisional request and the real
+    one for the same step get the same turn. One-token requests (cache warming) pass through unforced.
+    """
+
+    native_tools = False
+
+    def __init__(self, inner: Engine, recording: Recording) -> None:
+        self.inner = inner
+        self.recording = recording
+        self.name = f"forced:{inner.name}"
+        self.prefix_cache = inner.prefix_cache
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+        if request.max_tokens > 1:
+            index = sum(1 for message in request.messages if message.get("role") == "assistant")
+            if index >= len(self.recording.turns):
+                raise ReplayExhausted(f"the recording has {len(self.recording.turns)} turns; step {index + 1} has none")
+            text = self.recording.turns[index].text
+            request = replace(request, force=text, max_tokens=max(request.max_tokens, len(text) + 8))
+        async for chunk in self.inner.stream(request):
+            yield chunk
+
+    async def abort(self, request_id: str) -> None:
+        await self.inner.abort(request_id)
+
+    async def close(self) -> None:
+        await self.inner.close()

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ class VLLMEngine:
     """An Engine over vLLM's AsyncLLM; start it with `await VLLMEngine.start(settings)`."""
 
     native_tools = False
+    prefix_cache = True
 
     def __init__(self, llm: Any, settings: VLLMSettings, started_seconds: float) -> None:
         self._llm = llm
@@ -77,6 +79,7 @@ class VLLMEngine:
         self.started_seconds = started_seconds
         self.tokenizer = llm.get_tokenizer()
         self.max_model_len: int = llm.model_config.max_model_len
+        self.block_size: int = llm.vllm_config.cache_config.block_size  # prefix caching works in whole blocks
         self._aborted: dict[str, None] = {}  # an ordered set, trimmed to ABORTED_KEPT ids
         self._grammars: dict[str, str] = {}  # tool specs JSON -> structural tag JSON
 
@@ -111,11 +114,15 @@ class VLLMEngine:
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         extra: dict[str, Any] = {}
-        if self.settings.constrained and request.tools and not ignore_eos:
+        if request.force is not None:
+            extra = {"structured_outputs": StructuredOutputsParams(regex=re.escape(request.force))}
+        elif self.settings.constrained and request.tools and not ignore_eos:
             extra = {"structured_outputs": StructuredOutputsParams(structural_tag=self._grammar(request.tools)),
                      "stop": STOP, "include_stop_str_in_output": True}
+        # A forced answer is decoded greedily: the same text then always takes the same tokens.
+        temperature = 0.0 if request.force is not None else self.settings.temperature
         return SamplingParams(max_tokens=max(1, min(request.max_tokens, room)),
-                              temperature=self.settings.temperature, ignore_eos=ignore_eos,
+                              temperature=temperature, ignore_eos=ignore_eos,
                               output_kind=RequestOutputKind.DELTA, **extra)
 
     def _grammar(self, tools: list[dict[str, Any]]) -> str:

@@ -115,6 +115,7 @@ class SpeculationScheduler:
         self._reapers: set[asyncio.Task[None]] = set()
         self._calls: dict[str, tuple[ToolCall, int]] = {}  # calls waiting for their result, and their version
         self._seen: dict[str, tuple[int, Observation]] = {}  # key -> (version, observation) of real runs
+        self._last: dict[str, tuple[str, str]] = {}  # key -> (tool, output) of its last real run, any version
         self._totals = {"launched": 0, "promoted": 0, "discarded": 0, "repeats": 0, "saved": 0.0, "wasted": 0.0}
 
     def observe(self, event: Event) -> None:
@@ -127,9 +128,12 @@ class SpeculationScheduler:
         elif isinstance(event, ToolResult) and (pending := self._calls.pop(event.call_id, None)) is not None:
             call, version = pending
             tool = self.tools.get(call.name)
+            if tool is None or tool.effect is Effect.MUTATING:
+                return
+            key = canonical(call.name, call.arguments, str(self.workspace.root)).key
+            self._last[key] = (call.name, event.output)
             # A call that changed the tree (a test writing a report) may answer differently when repeated.
-            if tool is not None and tool.effect is not Effect.MUTATING and version == event.workspace_version:
-                key = canonical(call.name, call.arguments, str(self.workspace.root)).key
+            if version == event.workspace_version:
                 observation = Observation(event.output, event.is_error, event.exit_code, event.truncated_chars)
                 self._seen[key] = (event.workspace_version, observation)
 
@@ -161,6 +165,11 @@ class SpeculationScheduler:
             return False
         sandboxed = sum(1 for s in running if self.tools[s.candidate.name].effect is Effect.SANDBOXED)
         return tool.effect is not Effect.SANDBOXED or sandboxed < self.budget.max_sandboxed
+
+    def last_output(self, call: ParsedCall) -> str | None:
+        """What the same call printed when it last really ran, at whatever version: a guess of its output."""
+        last = self._last.get(canonical(call.name, call.arguments, str(self.workspace.root)).key)
+        return last[1] if last is not None and last[0] == call.name else None
 
     def _repeat(self, key: str, version: int) -> Observation | None:
         """The observation a real run of the same call produced at this same version, if there was one."""
