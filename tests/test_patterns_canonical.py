@@ -108,7 +108,16 @@ def test_structured_calls_normalise_paths_and_foreign_tools_keep_their_name() ->
     assert call("read_file", path="/testbed/./src//a.py") == call("read_file", path="src/a.py")
     assert canonical("finish", {"summary": "x"}).key == canonical("finish", {"summary": "y"}).key == "finish"
     glob = canonical("Glob", {"pattern": "**/*.py"})
-    assert (glob.tool, glob.kind, glob.effect) == ("Glob", "other", "unknown")
+    assert (glob.tool, glob.kind, glob.effect) == ("Glob", "search", "unknown")
+
+
+def test_a_foreign_tool_gets_the_kind_its_name_says_and_is_never_speculated() -> None:
+    kinds = {name: canonical(name, {"command": f"{name} x"}) for name in
+             ("edit", "insert", "goto", "scroll_down", "find_file", "filemap", "submit", "MultiEdit", "TodoWrite")}
+    assert {name: action.kind for name, action in kinds.items()} == {
+        "edit": "edit", "insert": "edit", "goto": "view", "scroll_down": "view", "find_file": "search",
+        "filemap": "list", "submit": "finish", "MultiEdit": "edit", "TodoWrite": "other"}
+    assert all(action.effect == "unknown" and action.tool == name for name, action in kinds.items())
 
 
 def test_unparseable_commands_are_whitespace_normalised() -> None:

@@ -135,3 +135,28 @@ def test_cli_learn_writes_a_model_the_analyzer_loads(tmp_path: Path) -> None:
     assert args.func(args) == 0
     model = PatternModel.load(out)
     assert model.sessions == 3 and Analyzer(model).predict("a")
+
+
+def test_runners_and_file_in_hand_rates_are_learned_and_saved(tmp_path: Path) -> None:
+    sessions = []
+    for n in range(4):
+        script = Script(session_id=f"runner-{n}")
+        script.bash(f"python3 tests/runtests.py app{n}.tests", "OK")
+        for name in ("helper", "grow", "shrink", "value", "total"):  # (20 cases in all: enough to learn a rate)
+            script.bash(f"grep -n {name} pkg/mod{n}.py", f"3:def {name}():\n")
+            script.bash(f"sed -n '3,9p' pkg/mod{n}.py", f"def {name}():\n")
+        script.bash(f"python3 tests/runtests.py app{n}", "OK")
+        sessions.append(script.events)
+    model = PatternModel.learn(sessions, epochs=1)
+    runner = next(r for r in model.test_runners if "runtests" in r["runner"])
+    assert runner["runner"] == "{python} tests/runtests.py" and runner["dotted"] is True
+    rate, seconds = model.derive["search|same"]
+    assert rate == 1.0 and seconds > 0  # after a grep in a file, the next call viewed that file
+    loaded = PatternModel.load(model.save(tmp_path / "m.json"))
+    assert loaded.test_runners == model.test_runners and loaded.derive == model.derive
+
+
+def test_learning_cross_fits_the_ranker_and_copes_with_one_session() -> None:
+    assert PatternModel.learn([habit_session(0)], epochs=1).sessions == 1
+    model = PatternModel.learn([habit_session(n) for n in range(8)], epochs=1, folds=4)
+    assert model.sessions == 8 and model.ranker.weights["a"]

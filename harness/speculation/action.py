@@ -64,6 +64,18 @@ def read_action(path: str, start: int | None = None, end: int | None = None) -> 
     return make("read_file", {"path": path, "start_line": start, "end_line": end}, kind)
 
 
+@lru_cache(maxsize=8192)
+def grep_action(pattern: str, path: str | None = None) -> Action:
+    """grep in canonical form (cached: candidates repeat from step to step)."""
+    return make("grep", {"pattern": pattern, "path": path}, SEARCH)
+
+
+@lru_cache(maxsize=4096)
+def list_action(path: str | None) -> Action:
+    """A one-level listing of `path` in canonical form."""
+    return make("list_files", {"path": path, "depth": 1}, LIST)
+
+
 def norm_path(path: Any, root: str = "") -> str:
     """A path relative to the workspace root, without `./`, doubled or trailing slashes; '' for the root."""
     if not isinstance(path, str):

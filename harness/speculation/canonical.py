@@ -10,6 +10,7 @@ script, write, ...) for control-flow patterns and an effect class that says wher
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -49,7 +50,26 @@ def canonical(name: str, arguments: dict[str, Any], root: str = "") -> Action:
         return make("run_tests", {"command": normalize_command(command) if command else None}, TEST)
     if name == "finish":
         return make("finish", {}, FINISH)
-    return make(name, {k: v for k, v in sorted(args.items())}, OTHER, UNKNOWN)
+    return make(name, {k: v for k, v in sorted(args.items())}, foreign_kind(name), UNKNOWN)
+
+
+# Words in the names of other agents' tools, and the kind of call they make (SWE-agent's `edit`, `goto`,
+# `find_file`; Claude Code's `Glob`, `MultiEdit`; `str_replace_based_edit_tool` ...). First match wins.
+_NAME_KINDS = ((OTHER, ("todo", "task", "think", "plan", "web", "fetch", "notebook")), (EDIT, ("edit", "replace", "insert", "append", "patch", "apply")), (WRITE, ("create", "write")),
+               (SEARCH, ("find", "search", "grep", "glob")), (VIEW, ("goto", "scroll")),
+               (READ, ("open", "read", "view", "cat")), (LIST, ("ls", "list", "tree", "filemap", "dir")),
+               (FINISH, ("submit", "finish", "done", "complete", "exit")), (TEST, ("test",)),
+               (SHELL, ("bash", "shell", "run", "exec", "terminal", "command")))
+_NAME_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")
+
+
+def foreign_kind(name: str) -> str:
+    """The kind of call a tool of another agent makes, guessed from the words of its name; `other` if none."""
+    words = {w.lower() for w in _NAME_WORD.findall(name)}
+    for kind, keys in _NAME_KINDS:
+        if words & set(keys):
+            return kind
+    return OTHER
 
 
 @lru_cache(maxsize=8192)

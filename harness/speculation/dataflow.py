@@ -1,12 +1,14 @@
 """Data-flow rules: concrete candidate calls whose arguments come from earlier observations and the task.
 
 Each rule adds proposals to a `Pool`, keyed by canonical key, with the rule's name and a few features
-for the ranker. Rules: repeat an earlier call (noting whether files were edited since), run a script
-right after it was written, read or view the paths and lines named in the last output (grep hits,
-tracebacks) or the task, view the enclosing function of such a line (tree-sitter), continue a range
-view, run the session's test command on a test file in sight, list the folder in hand, clean up
-scratch files, and the session-independent habits learned from other trajectories (`git diff`, `ls`,
-finish). The rules that read the streamed reasoning (moment b) are in `reasoning`.
+for the ranker. Rules: repeat an earlier call (noting whether files were edited since, and keeping the
+last script and test runs however old), run a script right after it was written, read or view the
+paths and lines named in the last output (grep hits, tracebacks) or the task, view the enclosing
+function of such a line (tree-sitter), continue a range view, list the folder in hand and the test
+folders that match the work, clean up what the session made, read whole the file in hand (which
+answers a view of it or a grep in it), and the session-independent habits learned from other
+trajectories (`git diff`, `ls`, finish). Test runs are in `testruns`; the rules that read the streamed
+reasoning (moment b) are in `reasoning`.
 """
 
 from __future__ import annotations
@@ -16,12 +18,13 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.speculation.action import FINISH, LIST, VIEW, Action, make, read_action
+from harness.speculation.action import FINISH, SLOW_KINDS, VIEW, Action, list_action, read_action
 from harness.speculation.canonical import canonical_bash
-from harness.speculation.state import SessionState, test_target
+from harness.speculation.state import SessionState, file_in_hand
 from harness.speculation.syntax import enclosing_range
 
 REPEAT_LIMIT = 30
+SLOW_REPEATS = 6
 
 
 @dataclass
@@ -75,23 +78,36 @@ def runnable(action: Action) -> tuple[str, dict[str, Any]]:
 
 
 def repeats(state: SessionState, pool: Pool) -> None:
-    """Earlier calls again, most recent first, noting files edited and the workspace changed since."""
+    """Earlier calls again, most recent first, noting files edited and the workspace changed since.
+
+    The last REPEAT_LIMIT distinct calls, and beyond them the last SLOW_REPEATS distinct script and test
+    runs however old: an agent re-runs its reproduction script after any number of reads."""
     now = len(state.steps)
     kind_rank: dict[str, int] = {}
+    slow_rank = 0
+    since_edit = min(2, sum(1 for step in state.steps[state.last_edit + 1:] if step.action.kind in SLOW_KINDS))
     for seen, (key, stats) in enumerate(reversed(state.keys.items())):
-        if seen >= REPEAT_LIMIT:
-            break
         action = state.steps[stats.last].action
         kind = action.kind
-        if kind == FINISH:
+        slow = kind in SLOW_KINDS
+        if kind == FINISH or (seen >= REPEAT_LIMIT and not slow):
             continue
+        if slow_rank >= SLOW_REPEATS and seen >= REPEAT_LIMIT:
+            break
         age = now - stats.last
         rank = kind_rank[kind] = kind_rank.get(kind, -1) + 1
         feats = {"rep_recency": 1.0 / age, "rep_count": math.log1p(stats.count), f"rep_kind:{kind}": 1.0,
                  f"rep_kr{min(rank, 2)}:{kind}": 1.0, f"rep_age{_bucket(age)}": 1.0}
+        if slow:
+            feats[f"rep_slow{min(slow_rank, 3)}"] = 1.0
+            feats[f"rep_sse{since_edit}:{kind}"] = 1.0  # slow runs since the last edit: 0, 1, 2 or more
+            if stats.first_of_kind:
+                feats[f"rep_sse{since_edit}_first:{kind}"] = 1.0
+            slow_rank += 1
         if stats.edits != state.edits:
             feats[f"rep_edited:{kind}"] = 1.0
-        elif stats.version != state.version:
+            feats[f"rep_edit_age{_bucket(now - state.last_edit)}:{kind}"] = 1.0
+        elif stats.after >= 0 and stats.after != state.version:
             feats[f"rep_changed:{kind}"] = 1.0
         if stats.ok is False:
             feats[f"rep_failed:{kind}"] = 1.0
@@ -181,29 +197,6 @@ def continue_view(state: SessionState, pool: Pool) -> None:
     pool.add(read_action(last.action.args["path"], max(1, start - size - 1), max(1, start - 1)), "prev_block", None)
 
 
-def tests_in_sight(state: SessionState, pool: Pool, runners: list[str]) -> None:
-    """The session's test runner (else the usual ones) on the test files and folders just seen."""
-    runners = state.test_prefixes[-2:] or runners
-    targets: list[tuple[str, str]] = []
-    last = state.last
-    if last is not None and last.action.tool == "list_files" and last.action.path:
-        targets.append((last.action.path, "tis_folder"))
-    for step in state.steps[-3:]:
-        for path, _line in step.mentions[:8]:
-            name = posixpath.basename(path)
-            if name.startswith("test") and name.endswith(".py") and not path.startswith("/"):
-                targets.append((path, "tis_last" if step is last else "tis_recent"))
-    for path in list(state.written)[-2:]:
-        if posixpath.basename(path).startswith("test") and path.endswith(".py"):
-            targets.append((path, "tis_written"))
-    for runner in runners:
-        dotted = state.dotted.get(runner, "/" not in runner and "runtests" in runner)
-        for path, why in dict.fromkeys(targets):
-            target = test_target(runner, path, dotted)
-            if target and (why != "tis_folder" or dotted):
-                pool.add(canonical_bash(f"{runner} {target}", state.root), "test_in_sight", {why: 1.0})
-
-
 def list_dirs(state: SessionState, pool: Pool) -> None:
     """List the folder of the file just handled, and the folders named in the last output."""
     last = state.last
@@ -214,17 +207,45 @@ def list_dirs(state: SessionState, pool: Pool) -> None:
         dirs.insert(0, posixpath.dirname(last.action.path) if "." in posixpath.basename(last.action.path)
                     else last.action.path)
     for rank, folder in enumerate(dict.fromkeys(d for d in dirs if d and not d.startswith("/"))):
-        pool.add(make("list_files", {"path": folder, "depth": 1}, LIST), "list_dir", {f"ld_rank{min(rank, 2)}": 1.0})
+        pool.add(list_action(folder), "list_dir", {f"ld_rank{min(rank, 2)}": 1.0})
+    for rank, (folder, weight) in enumerate(state.relevant_tests(3)):
+        if "." not in posixpath.basename(folder):  # the test folders whose names match the work
+            pool.add(list_action(folder), "list_tests",
+                     {f"lt_rank{rank}": 1.0, "lt_weight": min(weight, 6) / 3})
 
 
 def cleanup(state: SessionState, pool: Pool) -> None:
-    """Remove the scratch files written this session: the last one, or all of them."""
+    """Remove the scratch files written this session: the last one, all at the root, or everything made anew."""
     scratch = [p for p in state.created if p not in state.removed and "/" not in p]
-    if not scratch:
-        return
-    pool.add(canonical_bash(f"rm {scratch[-1]}", state.root), "cleanup_last", None)
+    if scratch:
+        pool.add(canonical_bash(f"rm {scratch[-1]}", state.root), "cleanup_last", None)
     if len(scratch) > 1:
         pool.add(canonical_bash("rm " + " ".join(scratch), state.root), "cleanup_all", None)
+    gone = [p + "/" for p in state.removed] + [p + "/" for p, folder in state.scratch.items() if folder]
+    made = [p for p in state.scratch if p not in state.removed and not p.startswith(tuple(gone))]
+    if made and made != scratch:
+        flags = "-rf " if any(state.scratch[p] for p in made) else ""
+        pool.add(canonical_bash(f"rm {flags}" + " ".join(made), state.root), "cleanup_made", None)
+
+
+def in_hand(state: SessionState, pool: Pool, rates: dict[str, list[float]]) -> dict[str, float]:
+    """Read whole the file the last call was in and the first file its output names: such a read answers a
+    view of, or a grep in, that file. Returns each read's key -> expected seconds of the next call it answers."""
+    last = state.last
+    if last is None:
+        return {}
+    same = file_in_hand(last.action)
+    mention = next((p for p, _ in last.mentions if "." in posixpath.basename(p) and not p.startswith("/")), None)
+    derived: dict[str, float] = {}
+    for relation, path in (("same", same), ("mention", mention if mention != same else None)):
+        if not path:
+            continue
+        action = read_action(path)
+        rate, seconds = rates.get(f"{last.action.kind}|{relation}", (0.0, 0.0))
+        derived[action.key] = derived.get(action.key, 0.0) + rate * seconds
+        if relation == "same":
+            pool.add(action, "read_in_hand", {f"ih:{last.action.kind}": 1.0})
+    return derived
 
 
 def habits(pool: Pool, learned: list[tuple[Action, tuple[str, dict[str, Any]], float]]) -> None:

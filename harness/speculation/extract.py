@@ -18,27 +18,41 @@ _TRACE = re.compile(r'File "([^"]+)", line (\d+)')
 _GREP_LINE = re.compile(r"(?m)^(/?(?:[\w.-]+/)*[\w.-]+):(\d+)[:-]")
 _LINES = re.compile(r"\blines?\s+(\d+)(?:\s*(?:-|–|to|through)\s*(\d+))?", re.IGNORECASE)
 _BACKTICK = re.compile(r"`([^`\n]{2,200})`")
+_DQUOTED = re.compile(r'(?<![\w=])"([A-Za-z_][\w.:-]{2,60})"(?![\w(])')  # "E015", "delete_cookie" in prose
+_PLAIN_FOLDER = re.compile(r"(?<![\w./`-])((?:[\w-]+/)+[\w-]+)/?(?![\w./-])")  # tests/ordering, django/db/models/
 _CALL_OPEN = "<tool_call>"
 _SYMBOL = re.compile(r"^(?:(?:def|class) )?[A-Za-z_][\w.]*(?:\(\))?$")
 _FOLDER = re.compile(r"^/?[\w.-]+(?:/[\w.-]+)*/?$")
+# Quoted words that name a tool or a Python constant rather than code to search for.
+_NOT_SYMBOLS = frozenset({"sed", "grep", "cat", "nl", "head", "tail", "ls", "find", "python", "python3", "pytest", "git",
+                          "echo", "rm", "cd", "bash", "sh", "awk", "diff", "pip", "tox", "perl", "patch", "None",
+                          "True", "False", "self", "cls"})
 
 
 def path_mentions(text: str, root: str = "", limit: int = 12) -> list[tuple[str, int | None]]:
-    """Distinct (path, line) mentions in order of first appearance; line is None when none is given.
+    """Distinct (path, line) mentions; line is None when none is given.
 
-    Grep hits (`path:12:`) and traceback frames come first, then paths anywhere in the text.
+    Traceback frames come first, the innermost (where the error is) first and frames outside the workspace
+    after the others; then grep hits (`path:12:`) and paths anywhere in the text, in order of appearance.
     """
     found: list[tuple[str, int | None]] = []
     seen: set[tuple[str, int | None]] = set()
+    diff = "diff --git " in text or "\n+++ b/" in text  # a diff names files as a/x and b/x
 
     def add(path: str, line: str | None) -> None:
+        if path.startswith("<"):  # File "<string>": code with no file
+            return
+        if diff and path.startswith(("a/", "b/")):
+            path = path[2:]
         key = (norm_path(path, root), int(line) if line else None)
         if key[0] and key not in seen and len(found) < limit:
             seen.add(key)
             found.append(key)
 
-    for match in _TRACE.finditer(text):
-        add(match.group(1), match.group(2))
+    frames = [(m.group(1), m.group(2)) for m in _TRACE.finditer(text)][::-1]
+    inside = [f for f in frames if not f[0].startswith("/") or (root and f[0].startswith(root.rstrip("/") + "/"))]
+    for path, line in inside + [f for f in frames if f not in inside]:
+        add(path, line)
     for match in _GREP_LINE.finditer(text):
         if "." in match.group(1).rsplit("/", 1)[-1]:
             add(match.group(1), match.group(2))
@@ -49,7 +63,7 @@ def path_mentions(text: str, root: str = "", limit: int = 12) -> list[tuple[str,
 
 def line_ranges(text: str) -> list[tuple[int, int | None]]:
     """Line numbers and ranges named in prose: 'lines 100-150', 'line 42'."""
-    return [(int(a), int(b) if b else None) for a, b in _LINES.findall(text)][:6]
+    return [(int(a), int(b) if b else None) for a, b in _LINES.findall(text)][-6:]
 
 
 def backticked(text: str) -> list[str]:
@@ -93,12 +107,15 @@ class ReasoningFacts:
         """Pull the facts out of a reasoning text (once per text streamed)."""
         from harness.speculation.canonical import canonical_bash
 
-        paths = path_mentions(text, root, limit=8)
+        paths = path_mentions(text, root, limit=24)[-8:]  # the last named matter most
         commands, scripts, symbols, folders = [], [], [], []
-        for span in backticked(text):
+        quoted = [(m.start(), m.group(1)) for m in _BACKTICK.finditer(text)][-20:]  # the last ones matter most
+        quoted += [(m.start(), m.group(1)) for m in _DQUOTED.finditer(text) if not _PATH.fullmatch(m.group(1))][-10:]
+        for _, span in sorted(quoted):
             span = span.strip()
             if _SYMBOL.match(span) and not _PATH.fullmatch(span):
-                symbols.append(span.removesuffix("()"))
+                if span not in _NOT_SYMBOLS:
+                    symbols.append(span.removesuffix("()"))
             elif _FOLDER.match(span) and "/" in span and "." not in posixpath.basename(span.rstrip("/")):
                 folders.append(norm_path(span, root))
             elif " " in span:
@@ -108,5 +125,6 @@ class ReasoningFacts:
                 scripts.append(span)
         names = {p for p, _ in paths} | {posixpath.basename(p) for p, _ in paths}
         symbols = list(dict.fromkeys(reversed(symbols)))[:4]
-        return cls(text, paths, line_ranges(text), commands[:4], scripts[:3], names, symbols,
-                   list(dict.fromkeys(reversed(folders)))[:2])
+        folders += [norm_path(m.group(1), root) for m in _PLAIN_FOLDER.finditer(text) if "://" not in text[m.start():m.end() + 3]]
+        return cls(text, paths, line_ranges(text), commands[-4:], scripts[-3:], names, symbols,
+                   [f for f in dict.fromkeys(reversed(folders)) if f][:3])

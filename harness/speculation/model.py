@@ -5,7 +5,8 @@
 
 It holds the control-flow counts (`KindModel`), the reasoning word model, the ranker's weights per
 moment, the line offsets agents view around a line they were pointed to, the habits common to many
-sessions (`git diff`, `ls`, finish), and the agents' usual Python interpreter.
+sessions (`git diff`, `ls`, finish), the agents' usual Python interpreter and test runners (with whether
+they name tests by dotted labels), and how often the next call is answered by a read of the file in hand.
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ from harness.speculation.canonical import canonical
 from harness.speculation.controlflow import START, KindModel, WordModel, contexts
 from harness.speculation.extract import path_mentions, reasoning_part
 from harness.speculation.ranker import Ranker
-from harness.speculation.state import output_signal, split_test
+from harness.speculation.latency import modelled_latency
+from harness.speculation.state import derivable, file_in_hand, output_signal, split_test
+from harness.speculation.testruns import is_dotted, template
 
 MODEL_VERSION = 1
 _HABIT_SHARE = 0.04  # a call is a habit when at least this share of sessions makes it
 _MAX_HABITS = 12
+_MAX_RUNNERS = 8
 
 
 def default_model_path() -> Path:
@@ -50,23 +54,43 @@ class PatternModel:
     interpreter: str = "python"
     runners: list[str] = field(default_factory=lambda: ["pytest"])
     sessions: int = 0
+    # Test runners many sessions use, interpreter as a slot: [{"runner", "dotted", "share"}], most used first.
+    test_runners: list[dict[str, Any]] = field(default_factory=lambda: [{"runner": "pytest", "dotted": False,
+                                                                         "share": 1.0}])
+    # How often the next call is a view, read or grep of a file in hand, which a speculated read of that
+    # file answers: "<last kind>|same" (the file of the last call), "<last kind>|mention" (the first file
+    # its output names) -> [rate, mean modelled seconds of such calls].
+    derive: dict[str, list[float]] = field(default_factory=dict)
 
     @classmethod
-    def learn(cls, sessions: Iterable[list[Event]], epochs: int = 2, seed: int = 0) -> PatternModel:
-        """Count patterns over `sessions`, then train the ranker by replaying them."""
+    def learn(cls, sessions: Iterable[list[Event]], epochs: int = 2, seed: int = 0, folds: int = 4) -> PatternModel:
+        """Count patterns over `sessions`, then train the ranker by replaying them.
+
+        The ranker is trained cross-fitted: a session is replayed with counts (control flow, reasoning
+        words, habits, runners) taken from the other folds only, so that it learns how far counts carry
+        to a session they have never seen, as they must at prediction time. The model keeps the counts
+        over all sessions and the one ranker."""
         data = [list(events) for events in sessions]
         model = cls()
         model.count(data)
         from harness.speculation.replay import replay  # the same loop the benchmark runs
         from harness.speculation.patterns import Analyzer
 
+        folds = max(1, min(folds, len(data) // 2))
+        fold_of = [index % folds for index in range(len(data))]
+        counted = [model] if folds == 1 else []
+        for fold in range(folds if folds > 1 else 0):
+            part = cls(ranker=model.ranker)
+            part.count([events for events, f in zip(data, fold_of) if f != fold])
+            counted.append(part)
         order = list(range(len(data)))
         rng = random.Random(seed)
         for epoch in range(epochs):
             rng.shuffle(order)
             rate = 0.3 / (1 + epoch)
             for index in order:
-                replay(Analyzer(model, learn_rate=rate, shared=True), data[index])
+                replay(Analyzer(counted[fold_of[index] if folds > 1 else 0], learn_rate=rate, shared=True),
+                       data[index])
         return model
 
     def count(self, sessions: list[list[Event]]) -> None:
@@ -76,26 +100,38 @@ class PatternModel:
         habit_calls: dict[str, tuple[str, dict[str, Any]]] = {}
         interpreters: Counter[str] = Counter()
         runners: Counter[str] = Counter()
+        shapes: Counter[str] = Counter()
+        dotted: Counter[str] = Counter()
+        derive: dict[str, list[float]] = {}
         for events in sessions:
             self.sessions += 1
-            keys = _count_session(self, events, offsets, interpreters, habit_calls)
+            keys = _count_session(self, events, offsets, interpreters, habit_calls, derive)
             habit_sessions.update(keys)
-            runners.update(_runners(events))
+            used = _runners(events)
+            runners.update(runner for runner, _ in used)
+            shapes.update({template(runner) for runner, _ in used})
+            dotted.update({template(runner) for runner, is_dotted in used if is_dotted})
         self.words.prune()
         self.anchors = [pair for pair, _ in offsets.most_common(3)] or self.anchors
         total = max(self.sessions, 1)
         self.habits = [{"name": habit_calls[key][0], "arguments": habit_calls[key][1],
                         "share": round(count / total, 4)}
                        for key, count in habit_sessions.most_common(_MAX_HABITS) if count / total >= _HABIT_SHARE]
+        self.derive = {key: [round(hits / total, 4), round(seconds / hits, 4)]
+                       for key, (total, hits, seconds) in derive.items() if total >= 20 and hits}
         if interpreters:
             self.interpreter = interpreters.most_common(1)[0][0]
         if runners:
             self.runners = [runner for runner, _ in runners.most_common(2)]
+        if shapes:
+            self.test_runners = [{"runner": shape, "dotted": dotted[shape] * 2 > count,
+                                  "share": round(count / total, 4)}
+                                 for shape, count in shapes.most_common(_MAX_RUNNERS) if count >= 2]
 
     def to_json(self) -> dict[str, Any]:
         """The model as a JSON object."""
         return {"version": MODEL_VERSION, "sessions": self.sessions, "interpreter": self.interpreter,
-                "runners": self.runners,
+                "runners": self.runners, "test_runners": self.test_runners, "derive": self.derive,
                 "anchors": self.anchors, "habits": self.habits, "ranker": self.ranker.to_json(),
                 "kinds": self.kinds.to_json(), "words": self.words.to_json()}
 
@@ -108,7 +144,9 @@ class PatternModel:
         return cls(KindModel(data.get("kinds")), WordModel(words.get("counts"), words.get("totals")),
                    Ranker(data.get("ranker")), [tuple(p) for p in data.get("anchors", [])],
                    list(data.get("habits", [])), str(data.get("interpreter", "python")),
-                   list(data.get("runners", ["pytest"])), int(data.get("sessions", 0)))
+                   list(data.get("runners", ["pytest"])), int(data.get("sessions", 0)),
+                   list(data.get("test_runners") or [{"runner": "pytest", "dotted": False, "share": 1.0}]),
+                   dict(data.get("derive") or {}))
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the model atomically (a temporary file, then a rename)."""
@@ -126,7 +164,8 @@ class PatternModel:
 
 
 def _count_session(model: PatternModel, events: list[Event], offsets: Counter[tuple[int, int]],
-                   interpreters: Counter[str], habit_calls: dict[str, tuple[str, dict[str, Any]]]) -> set[str]:
+                   interpreters: Counter[str], habit_calls: dict[str, tuple[str, dict[str, Any]]],
+                   derive: dict[str, list[float]]) -> set[str]:
     """Count one session into the model; returns the keys it called (for habits)."""
     root, text, keys = "", "", set()
     history: list[tuple[Action, bool | None, str]] = []
@@ -148,6 +187,8 @@ def _count_session(model: PatternModel, events: list[Event], offsets: Counter[tu
             habit_calls.setdefault(action.key, (action.tool, dict(event.arguments) if action.tool == "bash"
                                                 else dict(action.args)))
             _count_offsets(action, last_mentions, offsets)
+            if k1 is not None:
+                _count_derive(k1[0], last_mentions, action, derive)
             word = str(event.arguments.get("command", "")).split(maxsplit=1)[:1]
             if action.kind == "script" and word and word[0].startswith("python"):
                 interpreters[word[0]] += 1
@@ -158,8 +199,23 @@ def _count_session(model: PatternModel, events: list[Event], offsets: Counter[tu
     return keys
 
 
-def _runners(events: list[Event]) -> set[str]:
-    """The test runners a session used (each counted once per session)."""
+def _count_derive(last: Action, mentions: list[tuple[str, int | None]], action: Action,
+                  derive: dict[str, list[float]]) -> None:
+    """Count whether `action` is answered by a read of the file in hand after `last` (see `derive`)."""
+    files = {"same": file_in_hand(last), "mention": next((p for p, _ in mentions if "." in p.rsplit("/", 1)[-1]), None)}
+    if files["mention"] == files["same"]:
+        files["mention"] = None
+    for relation, path in files.items():
+        if path:
+            row = derive.setdefault(f"{last.kind}|{relation}", [0, 0, 0.0])
+            row[0] += 1
+            if derivable(action, path):
+                row[1] += 1
+                row[2] += modelled_latency(action)
+
+
+def _runners(events: list[Event]) -> set[tuple[str, bool]]:
+    """The test runners a session used, with whether it named targets by dotted labels (once per session)."""
     root = next((e.repo for e in events if isinstance(e, SessionStart)), "")
     found = set()
     for event in events:
@@ -168,7 +224,7 @@ def _runners(events: list[Event]) -> set[str]:
             if action.kind == TEST and action.args.get("command"):
                 runner, target = split_test(str(action.args["command"]))
                 if target:
-                    found.add(runner)
+                    found.add((runner, is_dotted(runner, target)))
     return found
 
 

@@ -8,9 +8,11 @@
 
 A candidate is a runnable Tao call (`name`, `arguments`) with its canonical `key` (equal to the key
 of the real call when the guess is right), effect class, probability, expected latency saved, cost,
-utility and the rules that produced it (`reason`). Control flow (which kind of call follows) and data
-flow (which arguments) are combined by a linear ranker; the analyzer learns online from the session:
-each executed call updates the session's control-flow counts and takes one ranker step.
+utility, the rules that produced it (`reason`) and, for a whole-file read, the expected seconds of the
+next call its result answers (`derived`: a view of, or a grep in, that file). Control flow (which kind
+of call follows) and data flow (which arguments) are combined by a linear ranker; the analyzer learns
+online from the session: each executed call updates the session's control-flow counts and takes one
+ranker step, a larger one for slow calls (LATENCY_EMPHASIS).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.events import Event, SessionStart, ToolCall, ToolResult
-from harness.speculation import dataflow, reasoning
+from harness.speculation import dataflow, reasoning, testruns
 from harness.speculation.action import KINDS, MUTATING, PURE, Action
 from harness.speculation.canonical import canonical
 from harness.speculation.controlflow import START, KindModel, contexts
@@ -37,6 +39,10 @@ ONLINE_RATE = 0.01  # ranker step size for learning from the live session (offli
 _RUN_OVERHEAD = {PURE: 0.001, "sandboxed": 0.02}  # seconds of work to launch a speculation, by effect
 # Tool seconds wasted on a wrong guess, in seconds of latency: cheap, as they run off the critical path.
 COST_WEIGHT = 0.01
+# The ranker learns more from slow calls: each step's rate is scaled by (1 + the call's modelled seconds) ** this,
+# since a right guess on a test run saves seconds and on a file read milliseconds.
+LATENCY_EMPHASIS = 0.5
+TAIL_CHARS = 200  # the end of the reasoning, where the next step is announced
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,10 @@ class Candidate:
     probability: float
     latency_saved: float  # seconds saved if it is right (its modelled tool latency)
     cost: float  # expected seconds of tool work spent on it if it is wrong (launch overhead included)
-    utility: float  # probability * latency_saved - COST_WEIGHT * cost; below -0 for calls never speculated
+    utility: float  # probability * latency_saved + derived - COST_WEIGHT * cost; below 0 for calls never speculated
     reason: str
+    derived: float = 0.0  # expected seconds of the next call answered from this one's result (a whole-file read
+    #                       answers a view of, or a grep in, that file), from the learned rates
 
 
 class Analyzer:
@@ -76,6 +84,9 @@ class Analyzer:
         self.state = SessionState()
         self.local_kinds = KindModel(local_weight=1.0)
         self._step: tuple[dataflow.Pool, dict[str, float], str, str] | None = None
+        self._derived: dict[str, float] = {}  # read_file key -> expected seconds of derivable next calls
+        self._extended: tuple[str, dataflow.Pool] | None = None  # the step's pool with the reasoning's candidates
+        self._feature_cache: dict[tuple[int, bool], tuple[dataflow.Proposal, Features]] = {}
         self._facts: ReasoningFacts | None = None
         self._pending: dict[str, tuple[list[dataflow.Proposal], list[Features], list[float]]] = {}
         self._habit_actions: list[tuple[Action, tuple[str, dict[str, Any]], float]] | None = None
@@ -86,7 +97,7 @@ class Analyzer:
             self._learn(canonical(event.name, event.arguments, self.state.root))
         self.state.observe(event)
         if isinstance(event, (ToolResult, SessionStart, ToolCall)):
-            self._step = None
+            self._step, self._extended, self._feature_cache = None, None, {}
         if isinstance(event, SessionStart):
             self._habit_actions = None
         if isinstance(event, ToolResult) and self.read_text is not None:
@@ -105,13 +116,19 @@ class Analyzer:
         if moment == "c" and partial.name:
             proposals = [p for p in proposals if consistent(p, partial.name, partial.args_prefix, self.state.root)]
             proposals += completions(self.state, partial.name, partial.args_prefix, {p.action.key for p in proposals})
-        features = [self._features(p, kind_probs, k1, signal, moment) for p in proposals]
+        reasoned = moment != "a" and self._facts is not None and bool(partial.text)
+        features = [self._cached_features(p, kind_probs, k1, signal, reasoned) for p in proposals]
         probs = self.ranker.probabilities(moment, features)
         self._pending[moment] = (proposals, features, probs)
         ranked = sorted(zip(probs, range(len(proposals))), key=lambda pair: -pair[0])
+        derived = self._derived
         if order != "utility":
-            return [_candidate(proposals[index], prob) for prob, index in ranked[:k]]
-        candidates = [_candidate(proposals[index], prob) for prob, index in ranked[: max(k * 4, 12)]]
+            return [_candidate(proposals[index], prob, derived.get(proposals[index].action.key, 0.0))
+                    for prob, index in ranked[:k]]
+        width = max(k * 4, 12)
+        chosen = ranked[:width] + [pair for pair in ranked[width:] if proposals[pair[1]].action.key in derived]
+        candidates = [_candidate(proposals[index], prob, derived.get(proposals[index].action.key, 0.0))
+                      for prob, index in chosen]
         candidates.sort(key=lambda c: -c.utility)  # the likeliest few, reordered by what they would save
         return candidates[:k]
 
@@ -125,10 +142,11 @@ class Analyzer:
             dataflow.mentions(state, pool, model.anchors)
             dataflow.task_paths(state, pool)
             dataflow.continue_view(state, pool)
-            dataflow.tests_in_sight(state, pool, model.runners)
+            testruns.propose(state, pool, model.test_runners, model.interpreter)
             dataflow.list_dirs(state, pool)
             dataflow.cleanup(state, pool)
             dataflow.habits(pool, self._habits())
+            self._derived = dataflow.in_hand(state, pool, model.derive)
             ctx = self._context()
             probs = model.kinds.distribution(ctx, cache=True)
             if self.local_kinds.counts:
@@ -153,15 +171,32 @@ class Analyzer:
         return contexts(k2, last.action.kind if last else START, status(last.ok if last else None), signal)
 
     def _with_reasoning(self, pool: dataflow.Pool, text: str) -> dataflow.Pool:
+        """The step's pool with the reasoning's candidates (built once per step and reasoning text)."""
+        if self._extended is not None and self._extended[0] == text:
+            return self._extended[1]
         if self._facts is None or self._facts.text != text:
             self._facts = ReasoningFacts.of(text, self.state.root)
             self._facts_words = self.model.words.log_odds(self.model.words.words(text))
+            self._feature_cache = {key: entry for key, entry in self._feature_cache.items() if not key[1]}
         extended = pool.extend()
         reasoning.propose(self.state, extended, self._facts, self.model.anchors, self.model.interpreter)
+        self._extended = (text, extended)
         return extended
 
-    def _features(self, proposal: dataflow.Proposal, kind_probs: dict[str, float], k1: str, signal: str,
-                  moment: str) -> Features:
+    def _cached_features(self, proposal: dataflow.Proposal, kind_probs: dict[str, float], k1: str, signal: str,
+                         reasoned: bool) -> Features:
+        """A proposal's features, computed once a step (and once more with the reasoning's, for (b) and (c))."""
+        cache = self._feature_cache
+        entry = cache.get((id(proposal), reasoned))
+        if entry is None or entry[0] is not proposal:
+            base = self._cached_features(proposal, kind_probs, k1, signal, False) if reasoned else None
+            feats = self._reasoning_features(proposal, dict(base)) if base is not None else \
+                self._features(proposal, kind_probs, k1, signal)
+            entry = cache[(id(proposal), reasoned)] = (proposal, feats)
+        return entry[1]
+
+    def _features(self, proposal: dataflow.Proposal, kind_probs: dict[str, float], k1: str, signal: str) -> Features:
+        """The features every moment shares: the rules' own, control flow, and their crosses."""
         action = proposal.action
         kind = action.kind
         feats = dict(proposal.feats)
@@ -172,25 +207,42 @@ class Analyzer:
         feats["ks:" + kind + "|" + signal] = 1.0
         for rule in proposal.reasons:
             feats["rk:" + rule + "|" + k1] = 1.0
-        if moment != "a" and self._facts is not None:
+        return feats
+
+    def _reasoning_features(self, proposal: dataflow.Proposal, feats: Features) -> Features:
+        """Add what the streamed reasoning says about a proposal: its words' kind, the paths and names it cites."""
+        action = proposal.action
+        kind = action.kind
+        if self._facts is not None:
             feats["nb"] = nb = max(-8.0, min(8.0, self._facts_words[kind])) / 4.0
             feats["nb:" + kind] = nb
             names = self._facts.names
             path = action.path
+            tail = self._facts.text[-TAIL_CHARS:]  # where the model says what it will do next
             if path and (path in names or path.rsplit("/", 1)[-1] in names):
                 feats["b_path"] = 1.0
+                if path.rsplit("/", 1)[-1] in tail:
+                    feats["b_path_tail:" + kind] = 1.0
+            pattern = action.args.get("pattern")
+            if isinstance(pattern, str) and pattern.split(" ", 1)[-1] in tail:
+                feats["b_pattern_tail"] = 1.0
             command = proposal.arguments.get("command")
-            if isinstance(command, str) and command and command in self._facts.text:
-                feats["b_cmd"] = 1.0
+            if isinstance(command, str) and command:
+                if command in self._facts.text:
+                    feats["b_cmd"] = 1.0
+                named = _named_in(command, self._facts.text, tail)  # its script, test file or label is named
+                if named:
+                    feats[f"b_arg_{named}:{kind}"] = 1.0
         return feats
 
     def _learn(self, actual: Action) -> None:
         """Online learning from the call that really came: control-flow counts and one ranker step."""
         self.local_kinds.add(self._context(), actual.kind)
+        weight = (1.0 + modelled_latency(actual)) ** LATENCY_EMPHASIS
         for moment, (proposals, features, probs) in self._pending.items():
             target = next((i for i, p in enumerate(proposals) if p.action.key == actual.key), None)
             if self.learn_rate > 0:
-                self.ranker.update(moment, features, target, rate=self.learn_rate, probs=probs)
+                self.ranker.update(moment, features, target, rate=self.learn_rate * weight, probs=probs)
         self._pending.clear()
         self._facts = None
 
@@ -204,13 +256,28 @@ class Analyzer:
                     self.state.texts[path] = (self.state.version, text)
 
 
-def _candidate(proposal: dataflow.Proposal, probability: float) -> Candidate:
+def _named_in(command: str, text: str, tail: str) -> str | None:
+    """Whether a command's file or label arguments are named in the reasoning: "tail", "text" or None."""
+    found = None
+    for word in command.split()[1:6]:
+        word = word.strip("'\"")
+        if len(word) < 4 or word.startswith("-") or not ("." in word or "/" in word):
+            continue
+        name = word.rsplit("/", 1)[-1]
+        if name in tail:
+            return "tail"
+        if found is None and name in text:
+            found = "text"
+    return found
+
+
+def _candidate(proposal: dataflow.Proposal, probability: float, derived: float = 0.0) -> Candidate:
     action = proposal.action
     saved = modelled_latency(action)
     if action.effect in (MUTATING, "unknown"):
-        cost, utility = math.inf, probability - 1.0  # never speculated; ranked after every runnable candidate
+        cost, utility, derived = math.inf, probability - 1.0, 0.0  # never speculated; after every runnable one
     else:
         cost = _RUN_OVERHEAD.get(action.effect, 0.02) + (1.0 - probability) * saved
-        utility = probability * saved - COST_WEIGHT * cost
+        utility = probability * saved + derived - COST_WEIGHT * cost
     return Candidate(proposal.name, proposal.arguments, action.key, action.kind, action.effect, probability,
-                     saved, cost, utility, "+".join(proposal.reasons))
+                     saved, cost, utility, "+".join(proposal.reasons), derived)

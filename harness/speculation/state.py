@@ -2,8 +2,10 @@
 
 `SessionState.observe(event)` keeps what the data-flow rules need: the canonical actions so far with
 their outcome, which call ran when and at which workspace version, files written and not yet run or
-removed, paths and line numbers in the task and in the latest observation, the file texts seen whole
-(for tree-sitter), and the agent's habits (its Python interpreter, its test commands).
+removed (and what the session made anew), edits (scripts that rewrite project files count), paths and
+line numbers in the task and in the latest observation, every path seen in any output or listing, the
+name parts of the files the session works on (to rank test files and folders by relevance), the file
+texts seen whole (for tree-sitter), and the agent's habits (its Python interpreter, its test commands).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import posixpath
 import re
 from collections import OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from harness.events import Event, SessionStart, ToolCall, ToolResult
 from harness.speculation import shell
-from harness.speculation.action import CLEANUP, EDIT, READ, SCRIPT, TEST, WRITE, WRITE_RUN, Action, changes_workspace
+from harness.speculation.action import (CLEANUP, EDIT, LIST, READ, SCRIPT, SEARCH, SHELL, TEST, VIEW, WRITE, WRITE_RUN,
+                                        Action, changes_workspace, norm_path)
 from harness.speculation.canonical import canonical
 from harness.speculation.extract import path_mentions
 
@@ -39,6 +43,7 @@ class Step:
     empty: bool | None = None
     mentions: list[tuple[str, int | None]] = field(default_factory=list)
     signal: str = "none"  # what the output says at a glance: traceback, error, failed, long, short, ...
+    entries: list[str] = field(default_factory=list)  # what a listing shows, joined to its folder
 
 
 @dataclass
@@ -53,6 +58,7 @@ class KeyStats:
     edits: int = 0  # the session's edit count when it last ran
     first_of_kind: bool = False
     ok: bool | None = None
+    after: int = -1  # the workspace version when its last run ended (-1 while it runs)
 
 
 class SessionState:
@@ -65,16 +71,31 @@ class SessionState:
         self.keys: OrderedDict[str, KeyStats] = OrderedDict()  # by recency, most recent last
         self.written: OrderedDict[str, int] = OrderedDict()  # files written -> last write's step, by recency
         self.created: dict[str, None] = {}  # files written, in the order first written
+        self.scratch: dict[str, bool] = {}  # files and folders (True) the session made anew, in order made
         self.ran_since_write: set[str] = set()
         self.removed: set[str] = set()
         self.texts: dict[str, tuple[int, str]] = {}  # path -> (version, whole text)
-        self.interpreters: list[str] = []
+        self.interpreters: list[str] = []  # Python interpreters of script runs (else of test runs), latest last
         self.test_prefixes: list[str] = []  # test runners used, oldest first
+        self.last_test: tuple[str, str, int] | None = None  # the latest test command: (runner, the rest, step)
         self.dotted: dict[str, bool] = {}  # runner -> whether it takes dotted module labels
         self.version = 0
         self.edits = 0  # edits of project files so far (not counting scratch scripts)
         self.kinds_seen: set[str] = set()
         self.format_errors = 0
+        self.last_edit = -1  # index of the latest step that edited project files
+        self.seen: set[str] = set()  # paths named in any output so far, listing entries included
+        self.seen_dirs: set[str] = set()  # the folders of those paths, and their parents
+        self.by_name: dict[str, str] = {}  # a file name -> the latest nested path seen with that name
+        self.modifiers: set[str] = set()  # scripts written this session that write files when run
+        self.focus: dict[str, int] = {}  # name parts of the files the session works on (and of the task), by weight
+        self._focus5: dict[str, int] = {}  # the same by their first five letters
+        self.tops: dict[str, int] = {}  # top-level folders of the files worked on, by weight
+        self.test_places: list[str] = []  # seen paths in test folders (test modules and folders), in order seen
+        self._focus_changes = 0
+        self._relevance_at, self._relevance = 0, {}  # relevance by path, valid while the focus is unchanged
+        self.command_words: set[str] = set()  # the words of the shell commands run so far
+        self._relevant: tuple[tuple[int, int], list[tuple[str, int]]] = ((-1, -1), [])
 
     @property
     def last(self) -> Step | None:
@@ -86,6 +107,10 @@ class SessionState:
         if isinstance(event, SessionStart):
             self.task, self.root = event.task, event.repo
             self.task_mentions = path_mentions(event.task, event.repo, limit=8)
+            for word in set(_TASK_WORD.findall(event.task.lower())):
+                self._weigh(word, 1)
+            for path, _ in self.task_mentions:
+                self._attend(path, 2)
         elif isinstance(event, ToolCall):
             self._call(event)
         elif isinstance(event, ToolResult):
@@ -101,9 +126,15 @@ class SessionState:
         count = stats.count + 1 if stats else 1
         first = stats.first_of_kind if stats else action.kind not in self.kinds_seen
         self.kinds_seen.add(action.kind)
-        writes = written_paths(action)
-        if action.kind == EDIT or any("/" in path for path in writes):
+        raw = event.arguments.get("command") if isinstance(event.arguments, dict) else None
+        raw = raw if isinstance(raw, str) else None
+        writes = self._writes(action, raw)
+        if action.path and action.kind in (READ, VIEW, EDIT, SEARCH) and "/" in action.path:
+            self._attend(action.path, 3 if action.kind == EDIT else 2)
+            self._see([action.path])
+        if action.kind == EDIT or any("/" in path for path in writes) or self._runs_modifier(action):
             self.edits += 1
+            self.last_edit = step.index
         self.keys[action.key] = KeyStats(step.index, count, self.version, event.name, event.arguments, self.edits,
                                          first)
         for path in writes:
@@ -121,6 +152,26 @@ class SessionState:
             for path in [p for p in self.texts if p == action.path or p in writes or p in command]:
                 del self.texts[path]
 
+    def _writes(self, action: Action, raw: str | None) -> list[str]:
+        """The files a call writes; notes what it makes anew, the folders it makes, and scripts that edit."""
+        if raw is not None:
+            self.command_words.update(word.removeprefix("./") for word in raw.split()[:50])
+        writes = [path for path in (norm_path(p, self.root) for p in written_paths(action, raw)) if path]
+        for path in writes:
+            if path not in self.seen and path not in self.created:
+                self.scratch.setdefault(path, False)  # a new file, not one of the project's
+            content = action.args.get("content") if action.tool == "write_file" else action.args.get("command")
+            if path.endswith(".py") and isinstance(content, str) and _WRITES_FILES.search(content) \
+                    and _PROJECT_PATH.search(content):
+                self.modifiers.add(path)
+            else:
+                self.modifiers.discard(path)
+        if raw is not None and "mkdir" in raw and action.kind in (SHELL, CLEANUP, SCRIPT, WRITE, WRITE_RUN):
+            for folder in made_dirs(raw, self.root):
+                if folder not in self.seen_dirs and folder not in self.seen:
+                    self.scratch.setdefault(folder, True)
+        return writes
+
     def _result(self, event: ToolResult) -> None:
         step = self.last
         if step is None:
@@ -130,10 +181,17 @@ class SessionState:
         step.empty = not event.output.strip()
         step.signal = output_signal(event.output, step.empty)
         step.mentions = path_mentions(event.output[:20_000], self.root)
-        if step.action.tool == "list_files" and step.action.path:  # a listing names entries of its folder
+        if step.action.tool == "list_files":  # a listing names entries of its folder
             folder = step.action.path
-            step.mentions = [(p if "/" in p else f"{folder}/{p}", line) for p, line in step.mentions]
-        self.keys[step.action.key].ok = step.ok
+            step.mentions = [(p if "/" in p or not folder else f"{folder}/{p}", line) for p, line in step.mentions]
+            step.entries = listing_entries(event.output[:20_000], folder or "")
+            self._see(step.entries)
+        elif step.action.kind == LIST and str(step.action.args.get("command", "")).startswith("ls -R"):
+            step.entries = listing_entries(event.output[:20_000], "")  # its `dir:` headers say where
+            self._see(step.entries)
+        self._see(path for path, _ in step.mentions)
+        stats = self.keys[step.action.key]
+        stats.ok, stats.after = step.ok, event.workspace_version
         self.version = event.workspace_version
         action = step.action
         if action.kind == READ and action.tool == "read_file" and step.ok and not event.truncated_chars:
@@ -144,7 +202,8 @@ class SessionState:
         words = command.split()
         for word in words:
             if posixpath.basename(word).startswith("python"):
-                self.interpreters.append(word)
+                if action.kind != TEST or not self.interpreters:
+                    self.interpreters.append(word)
                 break
         for path in list(self.written):
             if path in command:
@@ -156,10 +215,111 @@ class SessionState:
                     self.test_prefixes.remove(runner)
                 self.test_prefixes.append(runner)
                 self.dotted[runner] = "/" not in target and not target.endswith(".py")
+                self.last_test = (runner, command[len(runner):].strip(), len(self.steps) - 1)
+
+    def _see(self, paths: Iterable[str]) -> None:
+        for path in paths:
+            if "/" in path and not path.startswith("/"):
+                self.by_name[posixpath.basename(path)] = path
+            if path not in self.seen:
+                self.seen.add(path)
+                if _in_tests(path):
+                    self.test_places.append(path)
+                folder = posixpath.dirname(path)
+                while folder and folder not in self.seen_dirs:
+                    self.seen_dirs.add(folder)
+                    if _in_tests(folder) and folder not in self.seen:
+                        self.test_places.append(folder)
+                    folder = posixpath.dirname(folder)
+
+    def relevant_tests(self, count: int = 3) -> list[tuple[str, int]]:
+        """The test files and folders seen so far whose names best match what the session works on, with the
+        match's weight (recomputed only when something new was seen or the focus changed)."""
+        stamp = (len(self.test_places), self._focus_changes)
+        if self._relevant[0] != stamp:
+            scored = [(self.relevance(path), index) for index, path in enumerate(self.test_places)]
+            best = sorted((item for item in scored if item[0] > 0), key=lambda item: (-item[0], item[1]))[:8]
+            self._relevant = (stamp, [(self.test_places[index], weight) for weight, index in best])
+        return self._relevant[1][:count]
+
+    def _attend(self, path: str, weight: int) -> None:
+        if "/" in path and not path.startswith("/"):
+            top = path.split("/", 1)[0]
+            self.tops[top] = self.tops.get(top, 0) + weight
+            if top in _CONTAINERS and path.count("/") >= 2:  # src/pkg/x.py: the package is src/pkg
+                inner = "/".join(path.split("/", 2)[:2])
+                self.tops[inner] = self.tops.get(inner, 0) + weight
+        for part in name_parts(path):
+            self._weigh(part, weight)
+
+    def _weigh(self, part: str, weight: int) -> None:
+        if self.focus.get(part, 0) < weight:
+            self._focus_changes += 1
+        self.focus[part] = max(self.focus.get(part, 0), weight)
+        if len(part) >= 5:
+            self._focus5[part[:5]] = max(self._focus5.get(part[:5], 0), weight)
+
+    def resolve(self, path: str) -> str:
+        """A bare file name as the nested path it was last seen at (`engine.py` -> `django/template/engine.py`),
+        unless a file of that name was seen at the root; other paths as they are."""
+        if "/" in path or path in self.seen or path in self.created:
+            return path
+        return self.by_name.get(path, path)
+
+    def package(self) -> str | None:
+        """The folder of the package the session works in most (`django`, `lib/matplotlib`), None before any."""
+        if not self.tops:
+            return None
+        top = max(self.tops, key=self.tops.__getitem__)
+        inner = [(weight, path) for path, weight in self.tops.items() if path.startswith(top + "/")]
+        return max(inner)[1] if top in _CONTAINERS and inner else top
+
+    def relevance(self, path: str) -> int:
+        """How strongly a file's name parts match the files the session works on (0: not at all)."""
+        if self._relevance_at != self._focus_changes:
+            self._relevance_at, self._relevance = self._focus_changes, {}
+        found = self._relevance.get(path)
+        if found is None:
+            found = self._relevance[path] = sum(
+                self.focus.get(part, 0) or (self._focus5.get(part[:5], 0) if len(part) >= 5 else 0)
+                for part in name_parts(path))
+        return found
+
+    def _runs_modifier(self, action: Action) -> bool:
+        """Whether a script run executes a script of this session that writes files (an edit by script)."""
+        if action.kind not in (SCRIPT, WRITE_RUN) or not self.modifiers:
+            return False
+        command = str(action.args.get("command", ""))
+        return any(path in command for path in self.modifiers)
 
     def interpreter(self, default: str = "python") -> str:
         """The Python interpreter the agent used last (`python3`, `/usr/bin/python3`), else `default`."""
         return self.interpreters[-1] if self.interpreters else default
+
+
+# A script that writes files when run: it opens a file for writing or calls a write method.
+_WRITES_FILES = re.compile(r"""open\([^)]*['"][wa]\+?['"]|\.write_text\(|\.writelines?\(|shutil\.(?:copy|move)|os\.replace\(""")
+_PROJECT_PATH = re.compile(r"""['"](?:/[\w.-]+)*/?[\w.-]+/[\w./-]+\.\w{1,5}['"]""")  # a quoted nested file path
+_LS_LONG = re.compile(r"^[-dlcbps][-rwxsStT@+.]{9}")
+
+
+def listing_entries(output: str, folder: str, limit: int = 2000) -> list[str]:
+    """The entries a directory listing shows (`ls`, `ls -l`, `ls -F`, `ls -R` with its `dir:` headers), joined
+    to the folder they are in."""
+    entries: list[str] = []
+    for line in output.splitlines()[:limit]:
+        line = line.strip()
+        if line.endswith(":") and " " not in line:  # ls -R: the entries below are in this folder
+            folder = norm_path(line[:-1])
+            continue
+        if not line or line.startswith("total "):
+            continue
+        words = line.split()[-1:] if _LS_LONG.match(line) else line.split()
+        for word in words:
+            word = word.rstrip("/*@=|")
+            if word and word not in (".", "..") and not word.startswith("-"):
+                entries.append(posixpath.join(folder, word) if folder else word)
+    return entries
 
 
 _ERROR = re.compile(r"\b(?:Error|Exception)\b")
@@ -187,18 +347,49 @@ def plain_text(output: str) -> str:
     return output
 
 
-def written_paths(action: Action) -> list[str]:
-    """Files an action writes: write_file's path, or the `> file` targets of a shell write."""
+def written_paths(action: Action, command: str | None = None) -> list[str]:
+    """Files an action writes: write_file's path, or the `> file` targets of a shell write (read from the
+    command as typed when given: the canonical spelling moves here-document bodies to the end)."""
     if action.tool == "write_file":
         return [action.args["path"]] if action.args.get("path") else []
     if action.tool != "bash" or action.kind not in (WRITE, WRITE_RUN):
         return []
     try:
-        commands = shell.parse(str(action.args.get("command", "")))
+        commands = shell.parse(command if command is not None else str(action.args.get("command", "")))
     except shell.ShellSyntax:
         return []
     return [r.target for c in commands for r in c.redirects
             if r.op in (">", ">>") and r.target and not r.target.startswith("/dev/")]
+
+
+def file_in_hand(action: Action) -> str | None:
+    """The one file an action reads, views, searches or edits (`sed -i ... f.py` too), None if none."""
+    path = action.path
+    if path is None and action.tool == "bash" and action.kind in (EDIT, VIEW, SEARCH, READ):
+        words = str(action.args.get("command", "")).split()
+        path = words[-1].strip("'\"") if words else None
+    if path and "." in posixpath.basename(path) and not path.startswith(("-", "/dev/")) and "*" not in path:
+        return path
+    return None
+
+
+def derivable(action: Action, path: str) -> bool:
+    """Whether a whole read of `path` answers `action`: a read or range view of it, or a grep in it alone."""
+    return action.path == path and (action.kind in (READ, VIEW) or action.tool == "grep")
+
+
+def made_dirs(command: str, root: str = "") -> list[str]:
+    """The folders a command makes with `mkdir` (the first level of `mkdir -p a/b`)."""
+    try:
+        commands = shell.parse(command)
+    except shell.ShellSyntax:
+        return []
+    found = []
+    for item in commands:
+        argv = item.argv
+        if argv[:1] == ["mkdir"]:
+            found += [norm_path(word, root) for word in argv[1:] if not word.startswith("-")]
+    return [path for path in found if path and not path.startswith("/")]
 
 
 def removed_paths(action: Action) -> list[str]:
@@ -219,13 +410,28 @@ def split_test(command: str) -> tuple[str, str | None]:
     return command, None
 
 
-def test_target(runner: str, path: str, dotted: bool) -> str | None:
-    """How `runner` names the test file `path`: the path, or a dotted label relative to the runner's folder."""
-    if not dotted:
-        return path
-    script = next((w for w in runner.split() if w.endswith(".py")), "")
-    folder = posixpath.dirname(posixpath.normpath(script)) if script else ""
-    if folder and not path.startswith(folder + "/"):
-        return None
-    rel = path[len(folder) + 1:] if folder else path
-    return rel.removesuffix(".py").replace("/", ".")
+_CONTAINERS = frozenset({"src", "lib", "source", "python", "packages"})  # folders that hold the package
+_TASK_WORD = re.compile(r"[a-z][a-z0-9]{3,}(?:_[a-z0-9]+)*")
+_PART = re.compile(r"[a-z][a-z0-9]{2,}")
+_GENERIC = frozenset({"test", "tests", "testing", "src", "lib", "init", "main", "py", "pyi", "txt", "rst", "the",
+                      "and", "for", "with", "this", "that", "from"})
+
+
+def name_parts(path: str) -> set[str]:
+    """The distinctive lower-case parts of a path's last two components (`tests/test_domain_std.py` -> {domain, std})."""
+    tail = "/".join(path.lower().rsplit("/", 2)[-2:])
+    return {part for part in _PART.findall(tail.replace("_", " ")) if part not in _GENERIC}
+
+
+def _in_tests(path: str) -> bool:
+    """A test module, or a folder inside a test folder (`tests/delete`, `pkg/tests`)."""
+    if "." in posixpath.basename(path):
+        return is_test_file(path)
+    parts = path.split("/")
+    return len(parts) > 1 and any(part.startswith("test") for part in parts[:-1]) or parts[-1] == "tests"
+
+
+def is_test_file(path: str) -> bool:
+    """Whether a path names a Python test module (`test_x.py`, `x_test.py`, `tests.py`)."""
+    name = posixpath.basename(path)
+    return name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py"))

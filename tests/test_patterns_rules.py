@@ -1,0 +1,234 @@
+"""The data-flow rules added for recall, each on a hand-made session: the candidate it must produce, or not."""
+
+from __future__ import annotations
+
+from harness.events import SessionStart
+from harness.speculation.canonical import canonical, canonical_bash
+from harness.speculation.extract import ReasoningFacts, path_mentions
+from harness.speculation.model import PatternModel
+from harness.speculation.patterns import Analyzer, Partial
+from harness.speculation.state import SessionState, listing_entries
+from tests.test_patterns_dataflow import Script, analyzer_after, candidate, find, read
+
+DJANGO_RUNNER = [{"runner": "./tests/runtests.py", "dotted": True, "share": 0.3},
+                 {"runner": "pytest", "dotted": False, "share": 0.3}]
+SYMPY_RUNNERS = [{"runner": "{python} -m pytest", "dotted": False, "share": 0.2},
+                 {"runner": "bin/test", "dotted": False, "share": 0.1}]
+
+
+def model_with(**fields: object) -> PatternModel:
+    model = PatternModel()
+    for name, value in fields.items():
+        setattr(model, name, value)
+    return model
+
+
+def keys(script: Script, moment: str = "a", partial: Partial | None = None, **fields: object) -> dict[str, str]:
+    analyzer = Analyzer(model_with(**fields))
+    for event in script.events:
+        analyzer.observe(event)
+    return {c.key: c.reason for c in analyzer.predict(moment, partial, k=1000)}
+
+
+# Repeats and edits.
+
+def test_an_old_script_run_is_still_proposed_after_many_other_calls() -> None:
+    script = Script()
+    script.bash("python reproduce.py", "boom", 1)
+    for n in range(40):
+        script.bash(f"grep -n name{n} src/box.py", f"{n}:name{n}\n")
+    assert "repeat" in keys(script)[canonical_bash("python reproduce.py").key]
+    assert canonical("grep", {"pattern": "name0", "path": "src/box.py"}).key not in keys(script)
+
+
+def test_running_a_script_that_rewrites_a_project_file_counts_as_an_edit() -> None:
+    script = Script()
+    script.bash("cat <<'EOF' > fix.py\npath = 'src/box.py'\ntext = open(path).read()\n"
+                "with open(path, 'w') as f:\n    f.write(text.replace('a', 'b'))\nEOF")
+    script.bash("cat <<'EOF' > check.py\nprint(open('src/box.py').read())\nEOF")
+    before = analyzer_after(script).state.edits
+    script.bash("python check.py", "ok")
+    assert analyzer_after(script).state.edits == before  # reads only: not an edit
+    script.bash("python fix.py", "")
+    assert analyzer_after(script).state.edits == before + 1
+
+
+def test_a_script_written_and_run_in_one_command_is_known_as_written() -> None:
+    script = Script()
+    script.bash("cat <<'EOF' > check.py\nprint(1)\nEOF\npython check.py", "1")
+    script.bash("sed -i 's/a/b/' src/box.py")
+    assert "run_written" in keys(script)[canonical_bash("python check.py").key]
+
+
+# Clean-up.
+
+def test_everything_made_anew_is_removed_together_folders_with_rm_rf() -> None:
+    script = Script()
+    script.bash("mkdir repro && cat <<'EOF' > repro/settings.py\nX = 1\nEOF", "")
+    script.bash("cat <<'EOF' > apply_fix.py\nprint(1)\nEOF", "")
+    found = keys(script)
+    assert "cleanup_made" in found[canonical_bash("rm -rf repro apply_fix.py").key]
+    assert "cleanup_last" in found[canonical_bash("rm apply_fix.py").key]
+
+
+def test_a_project_file_that_was_seen_before_is_never_cleaned_up() -> None:
+    script = Script()
+    script.bash("ls src", "box.py\n")
+    script.bash("cat <<'EOF' > src/box.py\nX = 1\nEOF", "")
+    script.bash("cat <<'EOF' > check.py\nprint(1)\nEOF", "")
+    assert not any("src/box.py" in key for key, reason in keys(script).items() if reason.startswith("cleanup"))
+
+
+# Test runs.
+
+def test_the_same_target_is_tried_with_another_runner_once_its_script_is_in_sight() -> None:
+    script = Script()
+    script.bash("python -m pytest pkg/tests/test_ops.py", "No module named pytest", 1)
+    assert canonical_bash("bin/test pkg/tests/test_ops.py").key not in keys(script, test_runners=SYMPY_RUNNERS)
+    script.bash("ls bin", "test\nisympy\n")
+    found = keys(script, test_runners=SYMPY_RUNNERS)
+    assert "test_switch" in found[canonical_bash("bin/test pkg/tests/test_ops.py").key]
+
+
+def test_a_test_run_widens_to_its_folder_and_a_label_to_its_package() -> None:
+    script = Script()
+    script.bash("pytest pkg/tests/test_ops.py", "3 passed")
+    assert "test_widen" in keys(script)[canonical_bash("pytest pkg/tests").key]
+    script = Script()
+    script.bash("./tests/runtests.py queries.test_q", "OK")
+    assert "test_widen" in keys(script)[canonical_bash("./tests/runtests.py queries").key]
+
+
+def test_a_listed_test_folder_is_run_by_its_label_with_a_learned_dotted_runner() -> None:
+    script = Script()
+    script.bash("ls tests", "runtests.py\nqueries\ndelete\n")
+    script.bash("ls tests/delete", "__init__.py\nmodels.py\ntests.py\n")
+    found = keys(script, test_runners=DJANGO_RUNNER)
+    assert "test_in_sight" in found[canonical_bash("./tests/runtests.py delete").key]
+    assert "test_in_sight" in found[canonical_bash("pytest tests/delete/tests.py").key]
+
+
+def test_a_long_listing_offers_the_test_files_that_match_the_work() -> None:
+    script = Script()
+    script.bash("sed -i 's/a/b/' src/domains/std.py")
+    script.step("edit_file", {"path": "src/domains/std.py", "old": "a", "new": "b"})
+    names = [f"test_{name}.py" for name in ("api", "build", "config", "domain_py", "domain_std", "env", "util")]
+    script.bash("ls tests", "\n".join(names) + "\n")
+    found = keys(script)
+    assert "test_in_sight" in found[canonical_bash("pytest tests/test_domain_std.py").key]
+    assert canonical_bash("pytest tests/test_api.py").key not in found
+
+
+def test_test_folders_that_match_the_work_are_listed() -> None:
+    script = Script()
+    script.bash("ls -R tests", "tests:\nadmin_inlines\nqueries\ndelete\n\ntests/delete:\nmodels.py\n")
+    script.step("edit_file", {"path": "django/db/models/deletion.py", "old": "a", "new": "b"})
+    assert "list_tests" in keys(script)[canonical("list_files", {"path": "tests/delete", "depth": 1}).key]
+
+
+# Reasoning (moment b).
+
+def test_a_bare_file_name_in_the_reasoning_is_read_where_it_was_seen() -> None:
+    script = Script()
+    script.bash("grep -rn 'class Engine' django", "django/template/engine.py:12:class Engine:\n")
+    found = keys(script, "b", Partial("The class is defined in `engine.py`. Let me read engine.py."))
+    assert "reasoning_path" in found[read("django/template/engine.py")]
+
+
+def test_folders_named_in_the_reasoning_are_listed() -> None:
+    script = Script()
+    found = keys(script, "b", Partial("I'll start by listing the files in django/db/migrations to find it."))
+    assert "reasoning_folder" in found[canonical("list_files", {"path": "django/db/migrations", "depth": 1}).key]
+
+
+def test_quoted_and_dotted_names_are_searched_but_folder_names_are_not() -> None:
+    script = Script()
+    script.bash("cat django/core/checks/model_checks.py", "...")
+    text = 'The error is `models.E015`. Let me search for "E015" in the whole `django` directory.'
+    found = keys(script, "b", Partial(text))
+    assert "reasoning_search" in found[canonical("grep", {"pattern": "E015", "path": "django"}).key]
+    assert not any(key.startswith("grep") and '"pattern": "django"' in key for key in found)
+    text = "Now check `xarray/core/dataset.py` to confirm `Dataset.integrate` uses `coord`."
+    found = keys(Script(), "b", Partial(text))
+    assert "reasoning_search" in found[canonical("grep", {"pattern": "def integrate",
+                                                          "path": "xarray/core/dataset.py"}).key]
+
+
+def test_the_reasoning_facts_skip_tool_names_and_collect_folders() -> None:
+    facts = ReasoningFacts.of('Use `sed` to see `helper`; search "E015" under tests/ordering and `pkg/sub/`.')
+    assert "sed" not in facts.symbols and {"helper", "E015"} <= set(facts.symbols)
+    assert {"tests/ordering", "pkg/sub"} <= set(facts.folders)
+
+
+# Reads that answer the next view or grep.
+
+def test_a_read_of_the_file_in_hand_carries_the_time_of_the_views_it_answers() -> None:
+    script = Script()
+    script.bash("grep -n helper src/box.py", "14:        total += helper(total)\n")
+    analyzer = Analyzer(model_with(derive={"search|same": [0.5, 0.3]}))
+    for event in script.events:
+        analyzer.observe(event)
+    found = find(analyzer.predict("a", k=1000), read("src/box.py"))
+    assert found is not None and "read_in_hand" in found.reason
+    assert abs(found.derived - 0.15) < 1e-9
+    assert found.utility > found.probability * found.latency_saved
+
+
+# What the state makes of outputs.
+
+def test_listings_diffs_and_tracebacks_name_paths_correctly() -> None:
+    assert listing_entries("total 8\ndrwxr-xr-x 2 u g 4096 Jan 1 00:00 delete/\n-rw-r--r-- 1 u g 9 Jan 1 tests.py",
+                           "tests") == ["tests/delete", "tests/tests.py"]
+    assert path_mentions("diff --git a/pkg/x.py b/pkg/x.py\n--- a/pkg/x.py\n+++ b/pkg/x.py\n") == [("pkg/x.py", None)]
+    assert path_mentions('File "<string>", line 1, in <module>\nFile "/r/pkg/x.py", line 3', "/r")[0] == ("pkg/x.py", 3)
+    assert not any("<" in path for path, _ in path_mentions('File "<string>", line 1, in <module>'))
+
+
+def test_the_session_learns_what_it_works_on() -> None:
+    state = SessionState()
+    state.observe(SessionStart(0.0, "s", "Fix the deletion of parents", "/repo", "test", []))
+    from_task = state.relevance("tests/delete")
+    assert from_task > 0 and state.relevance("tests/admin_inlines") == 0
+    script = Script()
+    script.step("edit_file", {"path": "django/db/models/deletion.py", "old": "a", "new": "b"})
+    for event in script.events[1:]:
+        state.observe(event)
+    assert state.relevance("tests/delete") > from_task and state.relevance("tests/admin_inlines") == 0
+    assert state.package() == "django"
+
+
+def test_a_quoted_module_is_read_as_its_file() -> None:
+    script = Script()
+    script.bash("cat sympy/core/symbol.py", "from sympy.logic.boolalg import Boolean\n")
+    found = keys(script, "b", Partial("`Boolean` is imported from `sympy.logic.boolalg`. Let's check it."))
+    assert "reasoning_module" in found[read("sympy/logic/boolalg.py")]
+    assert "reasoning_search" in found[canonical("grep", {"pattern": "class Boolean",
+                                                          "path": "sympy/logic/boolalg.py"}).key]
+
+
+def test_the_package_inside_a_source_folder_is_searched() -> None:
+    script = Script()
+    script.bash("cat lib/matplotlib/figure.py", "...")
+    script.bash("cat lib/matplotlib/pyplot.py", "...")
+    assert analyzer_after(script).state.package() == "lib/matplotlib"
+    found = keys(script, "b", Partial("Let's look at `rc_context` implementation."))
+    assert "reasoning_search" in found[canonical("grep", {"pattern": "def rc_context", "path": "lib/matplotlib"}).key]
+
+
+def test_a_test_module_in_sight_is_also_run_as_its_whole_app() -> None:
+    script = Script()
+    script.bash("./tests/runtests.py queries", "OK")
+    script.bash("ls tests/forms_tests", "__init__.py\ntest_widgets.py\n")
+    found = keys(script)
+    assert "test_in_sight" in found[canonical_bash("./tests/runtests.py forms_tests.test_widgets").key]
+    assert "test_app" in found[canonical_bash("./tests/runtests.py forms_tests").key]
+
+
+def test_a_test_file_seen_long_ago_is_run_once_the_work_matches_it() -> None:
+    script = Script()
+    script.bash("find . -name '*.py' | head", "./pkg/tests/test_parser.py\n./pkg/tests/test_lexer.py\n")
+    for n in range(4):
+        script.bash(f"cat pkg/notes{n}.txt", "...")
+    assert canonical_bash("pytest pkg/tests/test_parser.py").key not in keys(script)
+    script.step("edit_file", {"path": "pkg/parser.py", "old": "a", "new": "b"})
+    assert "test_in_sight" in keys(script)[canonical_bash("pytest pkg/tests/test_parser.py").key]
