@@ -25,7 +25,7 @@ from sandbox.cleanup import sweep_once
 from sandbox.errors import OverlayClosed
 from sandbox.limits import SPECULATIVE, Limits
 from sandbox.probe import Capabilities, detect
-from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult
+from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, renice_session
 from sandbox.runner import run_in_sandbox
 from sandbox.statedir import choose_base, new_state_dir, remove_tree
 from sandbox.workspace import confine, relative_to
@@ -57,6 +57,7 @@ class Overlay:
         self._layout: Layout | None = None
         self._lock = asyncio.Lock()
         self._running: set[asyncio.Future[ProcessResult]] = set()
+        self._sessions: set[int] = set()  # session ids of the runs started, for boost()
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -172,7 +173,7 @@ class Overlay:
                 raise OverlayClosed("this overlay was discarded; create a new one")
             inner = asyncio.ensure_future(
                 run_in_sandbox(self._spec(), argv, timeout=self.limits.timeout if timeout is None else timeout,
-                               env=env, stdin=stdin, max_bytes=max_bytes)
+                               env=env, stdin=stdin, max_bytes=max_bytes, on_start=self._sessions.add)
             )
             self._running.add(inner)
             try:
@@ -184,6 +185,13 @@ class Overlay:
                 raise
             finally:
                 self._running.discard(inner)
+
+    def boost(self) -> bool:
+        """Run at Tao's own priority from now on: the real call is waiting for this run's result.
+
+        False where the nice value cannot be lowered again (not root): the run goes on niced."""
+        base = os.getpriority(os.PRIO_PROCESS, 0)
+        return any([renice_session(sid, base) for sid in self._sessions])
 
     def changes(self) -> list[Change]:
         """Every path the runs so far created, modified, deleted or touched, against the real tree."""

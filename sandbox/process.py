@@ -10,7 +10,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +74,11 @@ async def run_process(
     env: Mapping[str, str] | None = None,
     stdin: bytes | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    on_start: Callable[[int], None] | None = None,
 ) -> ProcessResult:
-    """Run `argv` in `cwd` in a new session (own process group); kill the group on timeout or cancel."""
+    """Run `argv` in `cwd` in a new session (own process group); kill the group on timeout or cancel.
+
+    `on_start` receives the leader's pid (also the session and group id) once the process exists."""
     start = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -86,6 +89,8 @@ async def run_process(
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
     )
+    if on_start is not None:
+        on_start(proc.pid)
     buffer = _BoundedBuffer(max_bytes)
 
     async def feed() -> None:
@@ -131,3 +136,38 @@ async def run_process(
         timed_out=timed_out,
         duration=time.monotonic() - start,
     )
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every live process of session `sid` (everything a command started, however deep)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:  # after the name: state, ppid, pgrp, session
+            pids.append(int(entry))
+    return pids
+
+
+def renice_session(sid: int, nice: int) -> bool:
+    """Set the nice value (and autogroup nice) of a whole session; False where that is not allowed.
+
+    Lowering a nice value needs CAP_SYS_NICE (root): a normal user's speculations stay niced."""
+    done = False
+    for pid in session_pids(sid):
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, nice)
+            done = True
+        except OSError:
+            continue
+    try:
+        with open(f"/proc/{sid}/autogroup", "w") as handle:
+            handle.write(str(nice))
+    except OSError:
+        pass
+    return done

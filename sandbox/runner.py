@@ -6,7 +6,7 @@ import errno as errnos
 import marshal
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,10 +77,11 @@ async def run_in_sandbox(
     env: Mapping[str, str] | None,
     stdin: bytes | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    on_start: Callable[[int], None] | None = None,
 ) -> ProcessResult:
     """Run `argv` in the sandbox; raises SetupFailed, or OSError when the program cannot be executed."""
     result = await run_process(stage_argv(spec, argv), Path(spec.get("cwd") or "/"), timeout=timeout, env=env,
-                               stdin=stdin, max_bytes=max_bytes)
+                               stdin=stdin, max_bytes=max_bytes, on_start=on_start)
     if (report := failure(result)) is not None:
         raise_for(report, argv)
     return result

@@ -12,6 +12,7 @@ import pytest
 
 from sandbox import Limits, Overlay, Workspace
 from sandbox.probe import detect
+from sandbox.process import session_pids
 from tests.test_sandbox_support import await_until, make_repo, processes_with, state_base  # noqa: F401
 
 
@@ -111,3 +112,24 @@ async def test_private_tmp(workspace: Workspace, state_base: Path) -> None:  # n
         elsewhere = await other.run(["sh", "-c", f"test -e /tmp/{name} || echo absent"])
     assert result.text == "x\n" and again.text == "x\n" and elsewhere.text == "absent\n"
     assert not Path("/tmp", name).exists() and not Path("/dev/shm", name).exists()
+
+
+def nices_of(sid: int) -> set[int]:
+    """The nice values of a session's live processes (field 19 of /proc/PID/stat)."""
+    return {int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16]) for pid in session_pids(sid)}
+
+
+async def test_boost_lifts_a_run_to_tao_priority(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    """A speculative run the real call now waits for gets the caller's nice back (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("lowering a nice value needs root (CAP_SYS_NICE); a normal user's runs stay niced")
+    niced = min(19, os.nice(0) + Limits().nice)
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        run = asyncio.ensure_future(overlay.run(["sleep", "30"]))
+        await await_until(lambda: any(niced in nices_of(sid) for sid in overlay._sessions))
+        assert overlay.boost()
+        [sid] = overlay._sessions
+        lifted = nices_of(sid)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+    assert lifted == {os.nice(0)}

@@ -247,6 +247,8 @@ class SpeculationScheduler:
     async def _result(self, spec: Speculation, version: int) -> Observation | None:
         """A speculation's observation if it completed cleanly and the tree is still at its version."""
         assert spec.task is not None
+        if spec.overlay is not None and not spec.task.done():
+            spec.overlay.boost()  # the real call now waits on it: it is authoritative work from here on
         try:
             observation = await asyncio.shield(spec.task)
         except Exception:  # noqa: BLE001 - a failed speculation is simply not used

@@ -66,6 +66,7 @@ class SessionState:
 
     def __init__(self) -> None:
         self.task, self.root = "", ""
+        self.tools: set[str] = set()  # the tools the session offers (Tao's own, when it is a Tao session)
         self.task_mentions: list[tuple[str, int | None]] = []
         self.steps: list[Step] = []
         self.keys: OrderedDict[str, KeyStats] = OrderedDict()  # by recency, most recent last
@@ -106,6 +107,7 @@ class SessionState:
         """Update the state with the next event of the session."""
         if isinstance(event, SessionStart):
             self.task, self.root = event.task, event.repo
+            self.tools = set(event.tools)
             self.task_mentions = path_mentions(event.task, event.repo, limit=8)
             for word in set(_TASK_WORD.findall(event.task.lower())):
                 self._weigh(word, 1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
+from harness.speculation.action import TEST, make
 from harness.speculation.canonical import canonical_bash
 from harness.speculation.dataflow import Pool
 from harness.speculation.state import SessionState, is_test_file
@@ -120,8 +121,21 @@ def targets(state: SessionState) -> list[tuple[str, str]]:
     return list(dict.fromkeys(found))
 
 
+def default_suite(state: SessionState, pool: Pool) -> None:
+    """Tao's run_tests with no command (the project's own test command), before any run and after edits."""
+    if "run_tests" not in state.tools:
+        return
+    action = make("run_tests", {"command": None}, TEST)
+    stats = state.keys.get(action.key)
+    if stats is None:
+        pool.add(action, "default_suite", {"ds_never": 1.0}, ("run_tests", {}))
+    elif stats.edits != state.edits:
+        pool.add(action, "default_suite", {"ds_edited": 1.0}, ("run_tests", {}))
+
+
 def propose(state: SessionState, pool: Pool, learned: list[dict[str, object]], default_interpreter: str) -> None:
     """Test runs: each runner on the targets in sight, the last run again elsewhere, and widened."""
+    default_suite(state, pool)
     found = runners(state, learned, default_interpreter)
     if not found:
         return
