@@ -6,7 +6,7 @@ from harness.events import Event
 from harness.speculation.canonical import canonical, canonical_bash
 from harness.speculation.model import PatternModel
 from harness.speculation.patterns import Analyzer, Candidate, Partial
-from harness.traces.common import SessionBuilder
+from harness.traces.common import TAO_TOOLS, SessionBuilder
 
 SOURCE = '''import os
 
@@ -30,7 +30,7 @@ class Script:
     """A session written by hand, one step at a time."""
 
     def __init__(self, task: str = "Fix it.", repo: str = "/repo", session_id: str = "s") -> None:
-        self.builder = SessionBuilder(session_id, task, repo, "test")
+        self.builder = SessionBuilder(session_id, task, repo, "test", tools=TAO_TOOLS)
 
     def step(self, name: str, arguments: dict, output: str = "", exit_code: int | None = 0, text: str = "") -> None:
         self.builder.turn(text)

@@ -232,3 +232,21 @@ def test_a_test_file_seen_long_ago_is_run_once_the_work_matches_it() -> None:
     assert canonical_bash("pytest pkg/tests/test_parser.py").key not in keys(script)
     script.step("edit_file", {"path": "pkg/parser.py", "old": "a", "new": "b"})
     assert "test_in_sight" in keys(script)[canonical_bash("pytest pkg/tests/test_parser.py").key]
+
+
+# Tao's own test tool.
+
+def test_tao_sessions_get_their_default_test_run_first_and_after_edits() -> None:
+    default = canonical("run_tests", {}).key
+    script = Script()
+    assert keys(script).get(default) == "default_suite"  # nothing run yet
+    script.step("run_tests", {}, "1 failed", 1)
+    assert default not in keys(script) or "default_suite" not in keys(script)[default]  # nothing changed since
+    script.step("edit_file", {"path": "src/box.py", "old": "a", "new": "b"}, "edited")
+    assert "default_suite" in keys(script)[default]
+
+
+def test_agents_without_a_test_tool_are_not_offered_one() -> None:
+    bash_only = Script()
+    bash_only.builder.events[0].tools = ["bash", "finish"]
+    assert canonical("run_tests", {}).key not in keys(bash_only)

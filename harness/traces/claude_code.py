@@ -17,6 +17,8 @@ from typing import Any
 from harness.traces.common import Imported, ImportReport, SessionBuilder
 
 FORMAT = "claude-code"
+# Claude Code's file and shell tools, by the Tao names they are imported as (it has no run_tests).
+CLAUDE_CODE_TOOLS = ["bash", "edit_file", "finish", "grep", "list_files", "read_file", "write_file"]
 _QUIET_TYPES = {"summary", "system", "file-history-snapshot", "queue-operation"}
 
 
@@ -113,7 +115,7 @@ def _session(session_id: str, records: list[tuple[int, dict[str, Any]]], path: P
     if not real:
         report.skip(str(path), f"session {session_id} has no assistant turns")
         return None
-    builder = SessionBuilder(session_id, task, cwd, FORMAT)
+    builder = SessionBuilder(session_id, task, cwd, FORMAT, tools=CLAUDE_CODE_TOOLS)
     for turn in real:
         _emit(builder, turn, results, f"{path}", report)
     return Imported(session_id, str(path), FORMAT, builder.end("finished", "transcript ended").events)

@@ -45,9 +45,11 @@ class SessionBuilder:
     """
 
     def __init__(self, session_id: str, task: str, repo: str, source_format: str, started_at: str = "",
-                 config: dict[str, Any] | None = None) -> None:
+                 config: dict[str, Any] | None = None, tools: list[str] | None = None) -> None:
+        """`tools`: what the recorded agent could call (default a shell only); calls map to Tao's names."""
         self.session_id, self.repo = session_id, repo
-        self.events: list[Event] = [SessionStart(0.0, session_id, task, repo, f"import:{source_format}", TAO_TOOLS,
+        self.events: list[Event] = [SessionStart(0.0, session_id, task, repo, f"import:{source_format}",
+                                                 tools or ["bash", "finish"],
                                                  {"source_format": source_format, **(config or {})}, started_at)]
         self.step, self.version, self.calls, self.t = 0, 0, 0, 0.0
         self._open: dict[str, ToolCall] = {}
