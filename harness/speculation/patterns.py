@@ -82,6 +82,7 @@ class Analyzer:
         self.learn_rate = learn_rate
         self.read_text = read_text
         self.state = SessionState()
+        self.model.words.log_odds(set())  # builds the word vectors now, not while the first answer streams
         self.local_kinds = KindModel(local_weight=1.0)
         self._step: tuple[dataflow.Pool, dict[str, float], str, str] | None = None
         self._derived: dict[str, float] = {}  # read_file key -> expected seconds of derivable next calls
