@@ -21,6 +21,7 @@ from harness.session import Session, SessionConfig
 from harness.speculation.model import PatternModel
 from harness.speculation.observation import WARM_PRIORITY, ObservationSpeculator
 from harness.speculation.patterns import Analyzer
+from harness.speculation.scheduler import Budget
 from sandbox import Workspace
 from tests.helpers import make_calc_repo
 from tools import default_tools, tool_specs
@@ -28,6 +29,9 @@ from tools import default_tools, tool_specs
 pytestmark = pytest.mark.engine
 
 SPECS = tool_specs(default_tools())
+# Action speculation off (no candidate is likely enough), observation speculation on: a promoted re-run
+# would make warming moot, and which candidates the analyzer offers is not what these tests are about.
+NO_ACTIONS = Budget(min_probability=2.0)
 FIX = {"path": "calc/ops.py", "old": "    return a - b\n\n\ndef subtract", "new": "    return a + b\n\n\ndef subtract"}
 TEST = ("run_tests", {"command": "python -m pytest -q -p no:asyncio -p no:hypothesispytest tests"})
 
@@ -62,7 +66,7 @@ async def run(engine, repo: Path, turns: list[Turn], *, warm: bool, provisional:
     events: list[Event] = []
     session = Session("fix calc.add", ForcedReplayEngine(recorder, Recording(turns)), Workspace(repo), default_tools(),
                       SessionConfig(max_steps=len(turns), max_tokens=64), [events.append],
-                      analyzer=Analyzer(PatternModel()), warm=warm, provisional=provisional)
+                      analyzer=Analyzer(PatternModel()), budget=NO_ACTIONS, warm=warm, provisional=provisional)
     await session.run()
     return events, recorder
 
