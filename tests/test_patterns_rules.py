@@ -7,7 +7,7 @@ from harness.speculation.canonical import canonical, canonical_bash
 from harness.speculation.extract import ReasoningFacts, path_mentions
 from harness.speculation.model import PatternModel
 from harness.speculation.patterns import Analyzer, Partial
-from harness.speculation.state import SessionState, listing_entries
+from harness.speculation.state import SessionState, listing_entries, split_test
 from tests.test_patterns_dataflow import Script, analyzer_after, candidate, find, read
 
 DJANGO_RUNNER = [{"runner": "./tests/runtests.py", "dotted": True, "share": 0.3},
@@ -250,3 +250,10 @@ def test_agents_without_a_test_tool_are_not_offered_one() -> None:
     bash_only = Script()
     bash_only.builder.events[0].tools = ["bash", "finish"]
     assert canonical("run_tests", {}).key not in keys(bash_only)
+
+
+def test_an_option_value_is_not_taken_for_the_test_target() -> None:
+    assert split_test("python -m pytest -q -p no:cacheprovider tests/unit") == (
+        "python -m pytest -q -p no:cacheprovider", "tests/unit")
+    assert split_test("pytest -k 'slow' tests") == ("pytest -k 'slow'", "tests")
+    assert split_test("python tests/runtests.py queries.test_q") == ("python tests/runtests.py", "queries.test_q")

@@ -400,10 +400,15 @@ def removed_paths(action: Action) -> list[str]:
     return [w for w in command.split()[1:] if not w.startswith("-")]
 
 
+_VALUE_FLAGS = frozenset({"-p", "-k", "-m", "-W", "-o", "-c", "-n", "--rootdir", "--ignore", "--deselect"})
+
+
 def split_test(command: str) -> tuple[str, str | None]:
     """A test command's runner and target: `python tests/runtests.py a.b` -> (`python tests/runtests.py`, `a.b`)."""
     words = command.split()
     for index, word in enumerate(words[1:], 1):
+        if words[index - 1] in _VALUE_FLAGS and index > 1:
+            continue  # `-p no:cacheprovider`, `-k expr`: the option's value, not a target
         if word.startswith("-") or word in ("pytest", "unittest") or "runtests" in word or word.endswith("bin/test"):
             continue
         if posixpath.basename(word).startswith("python") or "=" in word:
