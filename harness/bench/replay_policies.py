@@ -1,0 +1,144 @@
+"""The runs of the trace replay, each a way of turning a trajectory's calls into a timeline `Plan`.
+
+- baseline: the serial loop; every call runs when the model has asked for it.
+- tao: Tao's scheduler: at (a), (b) and (c) the analyzer's top-k by utility are started when they may
+  be (not mutating, not `finish`, utility > 0, probability >= 0.05, within the scheduler's Budget: by
+  default top-3, at most 4 running and cpu_count // 2 in overlays), pure ones on the workspace,
+  sandboxed ones in an overlay (its costs measured in docs/BENCHMARKS.md, "Sandbox"); a result
+  already known at this workspace version is served at once; a sandboxed call that runs for real
+  warms the next prompt on its last output (AOSpec's guess).
+- paste: patterns at (a) only. spork: speculation from the streamed answer only, at (b), (c).
+  aospec: observation speculation only (every call's last output, whatever its effect).
+- oracle: every call started when the model call that emits it starts, at no cost (a result known at
+  this version served at once, as for Tao, so the oracle bounds Tao). oracle_obs: also every
+  observation foreseen, so the next prefill is hidden too. oracle_speculable: the oracle restricted
+  to the calls Tao may speculate at all (not mutating, not `finish`): the bound of a perfect analyzer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.bench.replay_trace import CallInfo, Trace, hit, runnable
+from harness.bench.timeline import Launch, Miss, Plan
+from harness.speculation.action import MUTATING, SANDBOXED, UNKNOWN, changes_workspace
+from harness.speculation.patterns import Candidate
+from harness.speculation.scheduler import Budget
+
+POLICIES = ("baseline", "tao", "paste", "spork", "aospec", "oracle", "oracle_obs", "oracle_speculable")
+SINGLE = ("paste", "spork", "aospec")
+BUDGET = Budget()  # Tao's scheduler budget on this machine: top-3, 4 running, cpu_count // 2 in overlays
+# Measured costs (docs/BENCHMARKS.md, "Sandbox" and "Live speculation"), seconds:
+PURE_LAUNCH = 0.001  # starting a pure speculation on the workspace
+OVERLAY_CREATE, OVERLAY_DISCARD = 0.0015, 0.0022  # an overlayfs upper dir made, and thrown away
+SANDBOX_RUN = 0.037  # a run inside the sandbox (namespaces, mounts) beyond the same run outside
+TAKE = 0.0002  # `take`: the real call matched against the speculations, on every call's critical path
+
+
+@dataclass
+class Tally:
+    """What a policy's speculation did over one trajectory."""
+
+    calls: int = 0
+    served: int = 0  # results taken from a speculation or a known result
+    by_moment: dict[str, int] = field(default_factory=dict)
+    warmed: int = 0
+    launched: int = 0
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Which moments a policy speculates at, and whether it reuses known results and warms."""
+
+    moments: tuple[str, ...] = ()
+    repeats: bool = False
+    warm: str = ""  # "", "sandboxed" (Tao: slow calls that ran for real), "any" (AOSpec-like)
+
+
+SPECS = {"baseline": Spec(), "tao": Spec(("a", "b", "c"), True, "sandboxed"), "paste": Spec(("a",)),
+         "spork": Spec(("b", "c")), "aospec": Spec(warm="any")}
+
+
+def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan], Tally]:
+    """The plan of every step of `trace` under `policy` within `budget`, and what its speculation did."""
+    tally = Tally()
+    seen: dict[str, int] = {}  # key -> workspace version it last ran at
+    last: dict[str, str] = {}  # key -> its last output
+    out = []
+    for step_calls in trace.calls:
+        launches, misses, warm = [], [], ""
+        for info in step_calls:
+            tally.calls += 1
+            launch, missed = _serve(info, policy, seen, tally, budget)
+            launches.append(launch)
+            misses.extend(missed)
+            warm = _warm(info, launch, policy, last)
+            tally.warmed += warm == "warm"
+            if launch.at is not None:
+                tally.served += 1
+                tally.by_moment[launch.at] = tally.by_moment.get(launch.at, 0) + 1
+            if not changes_workspace(info.action):
+                seen[info.action.key] = info.version
+            last[info.action.key] = info.output
+        out.append(Plan(tuple(launches), "full" if policy == "oracle_obs" else warm, tuple(misses)))
+    return out, tally
+
+
+def _known(info: CallInfo, seen: dict[str, int]) -> bool:
+    return info.action.effect not in (MUTATING, UNKNOWN) and seen.get(info.action.key) == info.version
+
+
+def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally,
+           budget: Budget) -> tuple[Launch, list[Miss]]:
+    if policy in ("oracle", "oracle_obs"):
+        return (Launch("r") if _known(info, seen) else Launch("o")), []
+    if policy == "oracle_speculable":
+        if _known(info, seen):
+            return Launch("r"), []
+        may = info.action.effect not in (MUTATING, UNKNOWN) and info.call.name != "finish"
+        return (Launch("o") if may else Launch()), []
+    spec = SPECS[policy]
+    if spec.repeats and _known(info, seen):
+        return Launch("r"), []
+    if not spec.moments or not info.first or info.decision is None:
+        return Launch(), []
+    return _speculate(info, spec.moments, tally, budget)
+
+
+def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally,
+               budget: Budget) -> tuple[Launch, list[Miss]]:
+    """Launch candidates moment by moment as the scheduler admits them; the call's own, if any, serves it."""
+    assert info.decision is not None
+    running: list[tuple[str, Candidate]] = []
+    served: Launch | None = None
+    for moment in moments:
+        for candidate in info.decision.top(moment, budget.k, "utility"):
+            if not _admit(candidate, running, budget):
+                continue
+            running.append((moment, candidate))
+            tally.launched += 1
+            if served is None and hit(info, [candidate]):
+                sandboxed = candidate.effect == SANDBOXED
+                delay = info.decision.seconds.get(moment, 0.0) + (OVERLAY_CREATE if sandboxed else PURE_LAUNCH)
+                served = Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
+                winner = candidate
+    misses = [Miss(m, c.latency_saved, OVERLAY_CREATE + OVERLAY_DISCARD if c.effect == SANDBOXED else 0.0)
+              for m, c in running if served is None or c is not winner]
+    return served or Launch(), misses
+
+
+def _admit(candidate: Candidate, running: list[tuple[str, Candidate]], budget: Budget) -> bool:
+    if (not runnable(candidate) or any(c.key == candidate.key for _, c in running)
+            or len(running) >= budget.max_running):
+        return False
+    return candidate.effect != SANDBOXED or sum(c.effect == SANDBOXED for _, c in running) < budget.max_sandboxed
+
+
+def _warm(info: CallInfo, launch: Launch, policy: str, last: dict[str, str]) -> str:
+    """Whether the next prompt is pre-filled on a right guess of this call's observation."""
+    mode = SPECS[policy].warm if policy in SPECS else ""
+    if not mode or launch.at is not None or info.action.key not in last or info.call.name == "finish":
+        return ""
+    if mode == "sandboxed" and info.action.effect != SANDBOXED:
+        return ""
+    return "warm" if last[info.action.key] == info.output else ""

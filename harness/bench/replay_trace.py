@@ -1,0 +1,126 @@
+"""One recorded trajectory made ready for the trace replay: its steps, its calls and the analyzer's decisions.
+
+Token counts: a step's output tokens are the recorded ones where the trace has them (mini-swe-agent's
+`completion_tokens`, hidden thinking included, which streams before the visible text), else its text's
+length / CHARS_PER_TOKEN. Its new prompt tokens are those of what came back since the last model call
+(observations, format errors; the first call: the agent's instructions and the task): the previous
+prompt and answer are in the prefix cache. Tool seconds come from `tool_seconds` (harness.bench.replay_latency).
+The analyzer's decisions are made by harness.speculation.replay, which never looks ahead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from harness.bench.predict import covered
+from harness.bench.replay_latency import tool_seconds
+from harness.bench.timeline import Step
+from harness.events import Event, FormatError, LLMEnd, SessionStart, ToolCall, ToolResult
+from harness.speculation.action import MUTATING, UNKNOWN, Action
+from harness.speculation.canonical import canonical
+from harness.speculation.extract import reasoning_part
+from harness.speculation.patterns import Analyzer, Candidate
+from harness.speculation.replay import PREFIX_CHARS, Decision, replay
+
+CHARS_PER_TOKEN = 3.4
+INSTRUCTION_TOKENS = 2_000  # the agent's system prompt and instructions (mini-swe-agent's first prompt: ~2.7k tokens)
+RESULT_TEMPLATE_TOKENS = 10  # the wrapping of an observation (<returncode>, <output>, role markers)
+CALL_OPEN_TOKENS = 4  # the fence or tag that opens a call, and its name
+PROBABILITY_ORDER_K = 12  # candidates kept per moment; the scheduler's top-k by utility is taken among them
+
+
+def tokens(text: str) -> int:
+    """Tokens of a text, estimated from its length."""
+    return round(len(text) / CHARS_PER_TOKEN)
+
+
+@dataclass
+class CallInfo:
+    """One real call of the trajectory and what the replay needs to know of it."""
+
+    call: ToolCall
+    action: Action
+    seconds: float
+    measured: bool
+    output: str = ""
+    version: int = 0  # workspace version before the call
+    decision: Decision | None = None
+    first: bool = True  # the first call of its model turn (the only one speculated ahead of the answer)
+
+
+@dataclass
+class Trace:
+    """A trajectory as steps, with the calls of each step."""
+
+    session_id: str
+    steps: list[Step] = field(default_factory=list)
+    calls: list[list[CallInfo]] = field(default_factory=list)
+
+    def all_calls(self) -> list[CallInfo]:
+        """Every call, in order."""
+        return [c for group in self.calls for c in group]
+
+
+def build(session_id: str, events: list[Event], latency: str = "trace") -> Trace:
+    """The steps and calls of a trajectory (no analyzer yet); unmeasured tools timed by table `latency`."""
+    trace = Trace(session_id)
+    root, pending, version = "", INSTRUCTION_TOKENS, 0
+    turns: list[dict[str, object]] = []
+    open_calls: dict[str, CallInfo] = {}
+    for event in events:
+        if isinstance(event, SessionStart):
+            root, pending = event.repo, INSTRUCTION_TOKENS + tokens(event.task)
+        elif isinstance(event, LLMEnd):
+            turns.append({"prefill": pending, "text": event.text, "output": event.output_tokens})
+            pending = 0
+            trace.calls.append([])
+        elif isinstance(event, ToolCall) and trace.calls:
+            action = canonical(event.name, event.arguments, root)
+            info = CallInfo(event, action, 0.0, False, version=version, first=not trace.calls[-1])
+            trace.calls[-1].append(info)
+            open_calls[event.call_id] = info
+        elif isinstance(event, ToolResult) and event.call_id in open_calls:
+            info = open_calls.pop(event.call_id)
+            info.seconds, info.measured = tool_seconds(info.action, event.duration, latency)
+            info.output, version = event.output, event.workspace_version
+            pending += tokens(event.output) + RESULT_TEMPLATE_TOKENS
+        elif isinstance(event, FormatError):
+            pending += tokens(event.error) + RESULT_TEMPLATE_TOKENS
+    for turn, calls in zip(turns, trace.calls):
+        trace.steps.append(_step(turn, calls))
+    return trace
+
+
+def _step(turn: dict[str, object], calls: list[CallInfo]) -> Step:
+    text = str(turn["text"])
+    visible = tokens(text)
+    output = max(int(turn["output"] or 0), visible)  # type: ignore[call-overload]
+    hidden = output - visible  # thinking, streamed before the visible text
+    if not calls:
+        return Step(int(turn["prefill"]), output, output, 0, ())  # type: ignore[call-overload]
+    command = calls[0].call.arguments.get("command")
+    reasoning = reasoning_part(text, command if isinstance(command, str) else None)
+    reason = min(output, hidden + tokens(reasoning))
+    prefix = CALL_OPEN_TOKENS + round(PREFIX_CHARS / CHARS_PER_TOKEN)
+    return Step(int(turn["prefill"]), output, reason, min(prefix, output - reason),  # type: ignore[call-overload]
+                tuple(c.seconds for c in calls))
+
+
+def decide(trace: Trace, analyzer: Analyzer, events: list[Event]) -> None:
+    """Attach the analyzer's decisions (made without looking ahead) to the trace's calls."""
+    by_id = {c.call.call_id: c for c in trace.all_calls()}
+    for decision in replay(analyzer, events, k=PROBABILITY_ORDER_K):
+        info = by_id.get(decision.call.call_id)
+        if info is not None:
+            info.decision = decision
+
+
+def runnable(candidate: Candidate) -> bool:
+    """Whether the scheduler may start a candidate at all (effect class, not `finish`, worth it)."""
+    return (candidate.effect not in (MUTATING, UNKNOWN) and candidate.name != "finish"
+            and candidate.utility > 0.0 and candidate.probability >= 0.05)
+
+
+def hit(info: CallInfo, launched: list[Candidate]) -> bool:
+    """Whether the launched candidates hold the call's result (the same call, or a range of a whole read)."""
+    return covered(info.action, launched)

@@ -1,0 +1,126 @@
+"""The timeline arithmetic of the trace replay: when each step's model call and tools end under a plan.
+
+One trajectory is a list of `Step`s. A step is one model call (prefill of its new prompt tokens, then
+its output tokens one `tpot` apiece) followed by its tool calls, run one after the other. A `Plan`
+says, per step, how each call was served (`Launch`): run when the model asks for it (`at=None`), taken
+from a speculation started at moment (a) the previous observation arrived / the model call started,
+(b) the reasoning has streamed, (c) the call's name and first characters have streamed, (o) the oracle's
+start (the same instant as (a), free of any cost), or (r) a result already known at this workspace
+version. A speculation runs `slowdown` times slower while the model still writes, at full speed once
+the real call waits on it; its observation is ready at max(real call, speculation done) plus `overhead`
+(taking it). `warm` hides the next step's prefill: "full" all of it (the oracle that foresees every
+observation), "warm" as much as fits in the tool's visible time (a warm prefill on a guessed
+observation runs while the real tool runs), "" none. Pure data in, numbers out: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MOMENTS = ("a", "b", "c", "o")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One model call and the tool calls it emits, as a recorded trajectory has them."""
+
+    prefill_tokens: int
+    """New prompt tokens of this model call (the prefix cache holds the rest)."""
+    output_tokens: int
+    reason_tokens: int = 0
+    """Output tokens streamed before the first call begins: moment (b)."""
+    call_tokens: int = 0
+    """Further output tokens until the call's name and first characters are known: moment (c)."""
+    calls: tuple[float, ...] = ()
+    """Seconds each tool call takes when it runs."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How one call's observation was obtained."""
+
+    at: str | None = None
+    """Moment its speculation started (a, b, c, o), r for a known result, None to run it when called."""
+    delay: float = 0.0
+    """Seconds from that moment until the speculation really starts (deciding, launching, an overlay)."""
+    extra: float = 0.0
+    """Seconds the speculative run takes beyond the tool's own (the sandbox's run overhead)."""
+    slowdown: float = 1.0
+    """How much slower the speculation runs while the model still writes (CPU shared with others)."""
+
+
+@dataclass(frozen=True)
+class Miss:
+    """A speculation that was wrong: started at `at`, would have run `seconds`."""
+
+    at: str
+    seconds: float
+    fixed: float = 0.0
+    """CPU-seconds it costs however short it ran (an overlay made and discarded)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one step was served."""
+
+    launches: tuple[Launch, ...] = ()
+    warm: str = ""
+    misses: tuple[Miss, ...] = ()
+
+
+@dataclass
+class Timeline:
+    """A trajectory's times under a plan."""
+
+    total: float = 0.0
+    llm: float = 0.0
+    tool_wait: float = 0.0
+    """Seconds the model waited for tools after asking: tool latency as the model sees it."""
+    wasted: float = 0.0
+    """CPU-seconds of discarded speculation."""
+    overhead: float = 0.0
+    """Seconds of the plan's own cost on the critical path (taking results, sandbox overheads)."""
+    step_ends: list[float] = field(default_factory=list)
+
+
+def serve(cursor: float, seconds: float, launch: Launch, moments: dict[str, float], overhead: float) -> float:
+    """When one call's observation is ready, the model having asked for it at `cursor`."""
+    if launch.at is None:
+        return cursor + overhead + seconds
+    if launch.at == "r":
+        return cursor + overhead
+    start = moments[launch.at] + launch.delay
+    work = seconds + launch.extra
+    done_before = max(0.0, cursor - start) / max(1.0, launch.slowdown)
+    return max(cursor, start) + max(0.0, work - done_before) + overhead
+
+
+def simulate(steps: list[Step], plans: list[Plan], tpot: float, prefill_tps: float,
+             overhead: float = 0.0) -> Timeline:
+    """Walk the steps in order; `overhead` is the cost of taking each call's result (none for the baseline)."""
+    line = Timeline()
+    t, hidden = 0.0, 0.0
+    for index, step in enumerate(steps):
+        plan = plans[index] if index < len(plans) else Plan()
+        start = t
+        prefill = max(0.0, step.prefill_tokens / prefill_tps - hidden)
+        b = start + prefill + step.reason_tokens * tpot
+        moments = {"a": start, "o": start, "b": b, "c": b + step.call_tokens * tpot}
+        end = start + prefill + step.output_tokens * tpot
+        cursor = end
+        for i, seconds in enumerate(step.calls):
+            launch = plan.launches[i] if i < len(plan.launches) else Launch()
+            cost = 0.0 if launch.at in ("o",) else overhead
+            ready = serve(cursor, seconds, launch, moments, cost)
+            line.overhead += cost + (launch.extra + launch.delay if launch.at in ("a", "b", "c") else 0.0)
+            cursor = ready
+        for miss in plan.misses:
+            line.wasted += min(miss.seconds, max(0.0, end - moments[miss.at])) + miss.fixed
+        nxt = steps[index + 1].prefill_tokens / prefill_tps if index + 1 < len(steps) else 0.0
+        hidden = nxt if plan.warm == "full" else min(nxt, cursor - end) if plan.warm == "warm" else 0.0
+        line.llm += end - start
+        line.tool_wait += cursor - end
+        line.step_ends.append(cursor)
+        t = cursor
+    line.total = t
+    return line
