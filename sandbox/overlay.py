@@ -58,6 +58,7 @@ class Overlay:
         self._lock = asyncio.Lock()
         self._running: set[asyncio.Future[ProcessResult]] = set()
         self._sessions: set[int] = set()  # session ids of the runs started, for boost()
+        self._boosted = False  # once boosted, later runs (and runs still setting up) are not niced
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -190,6 +191,7 @@ class Overlay:
         """Run at Tao's own priority from now on: the real call is waiting for this run's result.
 
         False where the nice value cannot be lowered again (not root): the run goes on niced."""
+        self._boosted = True
         base = os.getpriority(os.PRIO_PROCESS, 0)
         return any([renice_session(sid, base) for sid in self._sessions])
 
@@ -215,5 +217,6 @@ class Overlay:
                 if os.path.isdir("/dev/shm"):
                     mounts.append({"type": "tmpfs", "target": "/dev/shm", "size": str(self.limits.shm_bytes)})
             mounts.extend(self._backend.mounts(root, layout))
-        spec.update(mounts=mounts, cwd=str(self.root), rlimits=self.limits.rlimits(), nice=self.limits.nice)
+        spec.update(mounts=mounts, cwd=str(self.root), rlimits=self.limits.rlimits(),
+                    nice=0 if self._boosted else self.limits.nice)
         return spec

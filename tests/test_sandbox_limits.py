@@ -133,3 +133,11 @@ async def test_boost_lifts_a_run_to_tao_priority(workspace: Workspace, state_bas
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
     assert lifted == {os.nice(0)}
+
+
+async def test_a_run_started_after_a_boost_is_not_niced(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    """A boost may come while a run is still setting up; runs from then on keep the caller's priority."""
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        overlay.boost()
+        result = await overlay.run([sys.executable, "-c", "import os; print(os.nice(0))"])
+    assert result.text == f"{os.nice(0)}\n"

@@ -91,6 +91,7 @@ class KindStats:
                 "wasted": round(self.wasted, 3)}
 
 
+BOOST_EVERY = 0.25  # seconds between boosts of a speculation the real call waits on
 PAUSE_AFTER = 6  # launches of a kind before its hits are judged
 PAUSE_STEPS = 5  # steps a kind that does not pay stays paused before it is tried again
 
@@ -247,8 +248,11 @@ class SpeculationScheduler:
     async def _result(self, spec: Speculation, version: int) -> Observation | None:
         """A speculation's observation if it completed cleanly and the tree is still at its version."""
         assert spec.task is not None
-        if spec.overlay is not None and not spec.task.done():
-            spec.overlay.boost()  # the real call now waits on it: it is authoritative work from here on
+        # The real call now waits on it: it is authoritative work from here on. Boosted again while it
+        # runs, since a process still setting up applies its nice after a first boost.
+        while spec.overlay is not None and not spec.task.done():
+            spec.overlay.boost()
+            await asyncio.wait({spec.task}, timeout=BOOST_EVERY)
         try:
             observation = await asyncio.shield(spec.task)
         except Exception:  # noqa: BLE001 - a failed speculation is simply not used
