@@ -10,7 +10,8 @@ these end a command or a session with a reason recorded in the trajectory.
      │    └── ReplayExhausted    a replayed trajectory has no more recorded turns
      └── SessionStop             control flow out of the loop, caught in Session.run
           ├── Finished           the model called finish; carries its summary
-          └── LimitExceeded      step or wall-time limit reached
+          ├── LimitExceeded      step or wall-time limit reached
+          └── Interrupted        the user stopped the current step (the session may go on)
 """
 
 from __future__ import annotations
@@ -64,3 +65,9 @@ class LimitExceeded(SessionStop):
     """A step or wall-time limit was reached."""
 
     status = "limit"
+
+
+class Interrupted(SessionStop):
+    """The user interrupted the current step."""
+
+    status = "interrupted"

@@ -145,6 +145,66 @@ class SessionEnd(Event):
 
 
 @dataclass
+class LLMDelta(Event):
+    """A piece of the answer as it streams. Live only: sent to front ends, never written to a trajectory."""
+
+    type: ClassVar[str] = "llm_delta"
+    step: int
+    text: str
+
+
+@dataclass
+class Approval(Event):
+    """A shell command that may change the workspace, outside the allow-list: who let it run or refused it."""
+
+    type: ClassVar[str] = "approval"
+    step: int
+    call_id: str
+    command: str
+    decision: str  # allow or deny
+    by: str  # user, always (the user allowed this command for the session), yolo, headless (the policy)
+    message: str = ""  # the user's words to the model with a denial
+
+
+@dataclass
+class Interrupt(Event):
+    """The user stopped the current step; `stage` says what was cut: the model's answer or a tool call."""
+
+    type: ClassVar[str] = "interrupt"
+    step: int
+    stage: str  # model or tool
+
+
+@dataclass
+class TurnEnd(Event):
+    """An interactive session stopped working and waits for the user's next message."""
+
+    type: ClassVar[str] = "turn_end"
+    status: str  # finished, limit, error or interrupted, as in session_end
+    reason: str
+    summary: str = ""
+    steps: int = 0
+
+
+@dataclass
+class UserMessage(Event):
+    """A follow-up message from the user, appended to the conversation."""
+
+    type: ClassVar[str] = "user_message"
+    text: str
+
+
+@dataclass
+class SessionResume(Event):
+    """A saved session reopened: the conversation was rebuilt from the events before this one."""
+
+    type: ClassVar[str] = "session_resume"
+    session_id: str
+    steps: int
+    started_at: str = ""  # wall-clock ISO time, for people
+
+
+@dataclass
 class SpecLaunch(Event):
     """A predicted call started ahead of the model: pure tools on the workspace, sandboxed ones in an overlay."""
 
@@ -182,6 +242,25 @@ class SpecDiscard(Event):
     spec_id: str
     reason: str
     cost: float  # seconds it ran: CPU time spent for nothing, at most this much per process
+
+
+@dataclass
+class SpecReady(Event):
+    """A speculation finished running; its result waits for the model's call."""
+
+    type: ClassVar[str] = "spec_ready"
+    step: int
+    spec_id: str
+    duration: float  # seconds it ran
+
+
+@dataclass
+class SpecToggle(Event):
+    """The user turned speculation on or off for the rest of the session."""
+
+    type: ClassVar[str] = "spec_toggle"
+    step: int
+    enabled: bool
 
 
 @dataclass

@@ -1,8 +1,10 @@
 """One task's Think-Act-Observe loop: ask the engine, run the tool it calls, feed back the result.
 
 Every step emits events (harness.events) to the sinks: the trajectory file, the --json stream, the
-human log. The loop ends when the model calls finish, a limit is reached, or the engine fails; the
-last event, session_end, says which, and carries the workspace's diff as the submission.
+human log, the TUI. The work on a message ends when the model calls finish, a limit is reached, the
+engine fails or the user interrupts; an interactive session then waits for the user's next message,
+a headless one ends. The last event, session_end, says how, and carries the workspace's diff as the
+submission. A saved session goes on from its trajectory (`restore`).
 """
 
 from __future__ import annotations
@@ -10,19 +12,23 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Any
 
 from harness import protocol
+from harness.approval import ApprovalPolicy
 from harness.engine.base import Chunk, Engine, LLMRequest, Usage
-from harness.errors import EngineError, Finished, LimitExceeded, SessionStop
-from harness.events import (Event, FormatError, LLMEnd, LLMFirstToken, LLMStart, SessionEnd, SessionStart,
-                            ToolCall, ToolResult)
+from harness.errors import EngineError, Finished, Interrupted, LimitExceeded, SessionStop
+from harness.events import (Approval, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken, LLMStart,
+                            SessionEnd, SessionResume, SessionStart, SpecReady, SpecToggle, ToolCall, ToolResult,
+                            TurnEnd, UserMessage)
+from harness.history import assistant_message, rebuild
 from harness.speculation.observation import ObservationSpeculator, Warm
 from harness.speculation.patterns import Analyzer, Partial
 from harness.speculation.prefix import args_prefix_of
-from harness.speculation.scheduler import Budget, SpeculationScheduler
+from harness.speculation.scheduler import Budget, Speculation, SpeculationScheduler, SpecState
 from harness.submission import git_diff
 from sandbox import Workspace
 from tools import run_tool, tool_specs
@@ -30,6 +36,7 @@ from tools.base import Effect, Observation, Tool
 
 EventSink = Callable[[Event], None]
 PREFIX_CHARS = 8  # first-argument characters after which moment (c) predicts once more
+SHELL_TOOL = "bash"  # the tool whose commands the approval policy judges
 
 
 @dataclass(frozen=True)
@@ -37,9 +44,9 @@ class SessionConfig:
     """Limits and knobs of one session."""
 
     max_steps: int = 30
-    """Model turns before the session stops with status `limit`."""
+    """Model turns before the session stops with status `limit` (for each user message)."""
     max_seconds: float = 1800.0
-    """Wall-clock budget for the whole session, in seconds."""
+    """Wall-clock budget for the work on one user message, in seconds."""
     max_tokens: int = 1024
     """Output tokens allowed per model turn."""
 
@@ -53,17 +60,29 @@ class Answer:
     errors: list[protocol.CallError]
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """How the work on one user message ended, as turn_end and session_end record it."""
+
+    status: str
+    reason: str
+    summary: str = ""
+
+
 class Session:
     """Runs one task against an engine and a set of tools in one workspace."""
 
     def __init__(self, task: str, engine: Engine, workspace: Workspace, tools: list[Tool],
                  config: SessionConfig = SessionConfig(), sinks: list[EventSink] | None = None,
                  analyzer: Analyzer | None = None, budget: Budget = Budget(), warm: bool = True,
-                 provisional: bool = False) -> None:
+                 provisional: bool = False, approval: ApprovalPolicy | None = None, interactive: bool = False,
+                 live_sinks: list[EventSink] | None = None) -> None:
         """With an `analyzer`, predicted calls run ahead of the model (speculation); without, none do.
 
         `warm` pre-fills the next prompt on a guessed observation while a slow tool runs; `provisional`
         also starts the next Think step on it (both need speculation and a prefix-caching engine).
+        `approval` judges shell commands before they run (None: all run). An `interactive` session waits
+        for follow-up messages (`send`) after each piece of work; `live_sinks` also get llm_delta events.
         """
         self.task, self.engine, self.workspace, self.config = task, engine, workspace, config
         self.tools = {tool.name: tool for tool in tools}
@@ -75,10 +94,18 @@ class Session:
         self.observation = (ObservationSpeculator(engine, self.emit, self.now, provisional)
                             if self.speculation is not None and warm else None)
         self._provisional: Warm | None = None  # a next Think step started on a guess that proved right
+        self.approval, self.live_sinks = approval, list(live_sinks or [])
+        self.inbox: asyncio.Queue[str | None] | None = asyncio.Queue() if interactive else None
+        self.speculating = self.speculation is not None
+        self.resumed: Outcome | None = None  # how the saved session had stopped, once restored
         self.session_id = uuid.uuid4().hex[:12]
         self.steps = 0
         self.output_tokens = 0
         self._t0 = time.monotonic()
+        self._turn_start = 0  # steps taken before the current user message
+        self._step_task: asyncio.Task[None] | None = None
+        self._open: list[protocol.ParsedCall] = []  # calls of the last answer that have no result yet
+        self._request_id = ""
         system = protocol.render_system_prompt(tool_specs(tools), str(workspace.root), engine.native_tools)
         self.messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": task}]
 
@@ -86,51 +113,61 @@ class Session:
         for sink in self.sinks:
             sink(event)
 
+    def emit_live(self, event: Event) -> None:
+        """Events for front ends only (llm_delta), never written to a trajectory."""
+        for sink in self.live_sinks:
+            sink(event)
+
     def now(self) -> float:
         return round(time.monotonic() - self._t0, 6)
 
     async def run(self) -> SessionEnd:
-        """Loop until finish, a limit or an engine failure; always ends with a session_end event."""
-        self.emit(SessionStart(self.now(), self.session_id, self.task, str(self.workspace.root), self.engine.name,
-                               sorted(self.tools), {"max_steps": self.config.max_steps,
-                                                    "max_seconds": self.config.max_seconds,
-                                                    "speculation": self.speculation is not None},
-                               datetime.now(timezone.utc).isoformat(timespec="seconds")))
-        status, reason, summary = "error", "", ""
+        """Work on the task, then on each follow-up message; always ends with a session_end event."""
+        self.emit(self.opening())
+        outcome = self.resumed or Outcome("error", "")
         try:
-            async with asyncio.timeout(self.config.max_seconds):
-                while True:
-                    await self.step()
-        except Finished as stop:
-            status, reason, summary = stop.status, "the model called finish", stop.summary
-        except SessionStop as stop:
-            status, reason = stop.status, str(stop)
-        except TimeoutError:
-            status, reason = "limit", f"wall-time limit of {self.config.max_seconds:g} s reached"
-        except EngineError as exc:
-            status, reason = "error", f"engine failed: {exc}"
+            more = self.resumed is None or await self.next_message(None)
+            while more:
+                outcome = await self.work()
+                more = await self.next_message(outcome)
         except asyncio.CancelledError:
-            status, reason = "interrupted", "interrupted by the user"
+            outcome = Outcome("interrupted", "interrupted by the user")
             raise
         finally:
             if self.observation is not None:
                 await self.observation.close()
             if self.speculation is not None:
                 await self.speculation.close()
-            end = SessionEnd(self.now(), status, reason, summary, self.steps,
-                             await asyncio.to_thread(git_diff, self.workspace.root), self.output_tokens)
+            end = SessionEnd(self.now(), outcome.status, outcome.reason, outcome.summary, self.steps,
+                             await self.workspace_diff(), self.output_tokens)
             self.emit(end)
             await self.close_tools()
         return end
 
+    async def work(self) -> Outcome:
+        """Steps until the model finishes, a limit is reached, the engine fails or the user interrupts."""
+        self._turn_start = self.steps
+        try:
+            async with asyncio.timeout(self.config.max_seconds):
+                while True:
+                    await self.interruptible(self.step())
+        except Finished as stop:
+            return Outcome(stop.status, "the model called finish", stop.summary)
+        except SessionStop as stop:
+            return Outcome(stop.status, str(stop))
+        except TimeoutError:
+            return Outcome("limit", f"wall-time limit of {self.config.max_seconds:g} s reached")
+        except EngineError as exc:
+            return Outcome("error", f"engine failed: {exc}")
+
     async def step(self) -> None:
         """One Think-Act-Observe step: a model turn, then each call it made."""
-        if self.steps >= self.config.max_steps:
+        if self.steps - self._turn_start >= self.config.max_steps:
             raise LimitExceeded(f"step limit of {self.config.max_steps} reached")
         self.steps += 1
-        if self.speculation is not None:
-            self.speculation.launch("a", self.steps)
+        self.launch("a")
         answer = await self.query()
+        self._open = list(answer.calls)
         if not answer.calls:
             error = answer.errors[0].error if answer.errors else protocol.FORMAT_REMINDER
             self.emit(FormatError(self.now(), self.steps, error))
@@ -144,6 +181,7 @@ class Session:
         request = LLMRequest(f"{self.session_id}-{self.steps}", list(self.messages),
                              tool_specs(list(self.tools.values())), self.config.max_tokens)
         stream = await self.open_stream(request)
+        self._request_id = request.request_id
         self.emit(LLMStart(self.now(), self.steps, request.request_id, len(request.messages)))
         parser = protocol.CallParser(id_prefix=f"call_{self.steps}")
         self._prefixed: set[int] = set()  # calls whose first-argument prefix has been predicted on
@@ -153,6 +191,8 @@ class Session:
                 if not raw:
                     self.emit(LLMFirstToken(self.now(), self.steps, request.request_id))
                 raw += chunk.text
+                if self.live_sinks:
+                    self.emit_live(LLMDelta(self.now(), self.steps, chunk.text))
                 for event in parser.feed(chunk.text):
                     self.speculate_early(event, parser)
             native = chunk.tool_calls or native
@@ -163,15 +203,8 @@ class Session:
         self.emit(LLMEnd(self.now(), self.steps, request.request_id, raw, native, finish_reason,
                          usage.prompt_tokens, usage.cached_tokens, usage.output_tokens, usage.ttft,
                          usage.decode_seconds))
-        if native:
-            calls, errors = protocol.parse_native_calls(native)
-            self.messages.append({"role": "assistant", "content": raw, "tool_calls": native})
-        else:
-            calls, errors = parser.calls, parser.errors
-            # The model's own words, verbatim: the next prompt then shares its tokens with this answer's
-            # KV cache. An answer cut at the stop string gets its closing tag back.
-            content = raw + protocol.CLOSE if calls and not raw.rstrip().endswith(protocol.CLOSE) else raw
-            self.messages.append({"role": "assistant", "content": content})
+        calls, errors = protocol.parse_native_calls(native) if native else (parser.calls, parser.errors)
+        self.messages.append(assistant_message(raw, native, bool(calls)))
         return Answer(parser.text, calls, errors)
 
     async def act(self, call: protocol.ParsedCall) -> Observation:
@@ -187,20 +220,47 @@ class Session:
             observation = Observation(f"Unknown tool {call.name!r}. Available tools: {', '.join(sorted(self.tools))}.",
                                       is_error=True)
         else:
-            promoted = await self.speculation.take(call) if self.speculation is not None else None
-            warm = self.warm_up(call, tool) if promoted is None else None
-            observation = promoted or await run_tool(tool, call.arguments, self.workspace)
-            if warm is not None and self.observation is not None:
-                self._provisional = await self.observation.settle(warm, observation.text)
-            if tool.effect is Effect.MUTATING:
-                self.workspace.bump()
-            elif tool.effect is Effect.SANDBOXED:
-                self.workspace.refresh()  # a test run may write files; the next results must see a new version
+            observation = await self.refusal(call) or await self.execute(call, tool)
+        self.answer(call, observation, time.monotonic() - started)
+        return observation
+
+    async def execute(self, call: protocol.ParsedCall, tool: Tool) -> Observation:
+        """The call's observation: a promoted speculation's, or a real run's."""
+        speculation = self.active_speculation
+        promoted = await speculation.take(call) if speculation is not None else None
+        warm = self.warm_up(call, tool) if promoted is None else None
+        observation = promoted or await run_tool(tool, call.arguments, self.workspace)
+        if warm is not None and self.observation is not None:
+            self._provisional = await self.observation.settle(warm, observation.text)
+        if tool.effect is Effect.MUTATING:
+            self.workspace.bump()
+        elif tool.effect is Effect.SANDBOXED:
+            self.workspace.refresh()  # a test run may write files; the next results must see a new version
+        return observation
+
+    def answer(self, call: protocol.ParsedCall, observation: Observation, duration: float) -> None:
+        """Record a call's observation and feed it back to the model."""
         self.emit(ToolResult(self.now(), self.steps, call.call_id, call.name, observation.text,
                              observation.is_error, observation.exit_code, observation.truncated_chars,
-                             self.workspace.version, round(time.monotonic() - started, 6)))
+                             self.workspace.version, round(duration, 6)))
         self.messages.append(protocol.result_message(call, observation.text, self.engine.native_tools))
-        return observation
+        if call in self._open:
+            self._open.remove(call)
+
+    async def refusal(self, call: protocol.ParsedCall) -> Observation | None:
+        """Ask the approval policy about a shell command; the observation the model gets if it was refused."""
+        command = call.arguments.get("command")
+        if self.approval is None or call.name != SHELL_TOOL or not isinstance(command, str):
+            return None
+        verdict = await self.approval.decide(command)
+        if verdict is None:
+            return None
+        self.emit(Approval(self.now(), self.steps, call.call_id, command, "allow" if verdict.allow else "deny",
+                           verdict.by, verdict.message))
+        if verdict.allow:
+            return None
+        said = f" They said: {verdict.message}" if verdict.message else ""
+        return Observation(f"The user did not allow this command, so it was not run.{said}", is_error=True)
 
     async def open_stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
         """The engine's answer; a provisional step already started on the right guess is adopted."""
@@ -214,9 +274,9 @@ class Session:
 
     def warm_up(self, call: protocol.ParsedCall, tool: Tool) -> Warm | None:
         """Pre-fill the next prompt on the output this call gave last time, while it runs for real."""
-        if self.observation is None or self.speculation is None or tool.effect is not Effect.SANDBOXED:
+        if self.observation is None or self.active_speculation is None or tool.effect is not Effect.SANDBOXED:
             return None
-        predicted = self.speculation.last_output(call)
+        predicted = self.active_speculation.last_output(call)
         if predicted is None:
             return None
         messages = [*self.messages, protocol.result_message(call, predicted, self.engine.native_tools)]
@@ -229,13 +289,139 @@ class Session:
             return
         match event:
             case protocol.CallStart():
-                self.speculation.launch("b", self.steps, Partial(text=parser.text))
+                self.launch("b", Partial(text=parser.text))
             case protocol.CallName(name=name):
-                self.speculation.launch("c", self.steps, Partial(text=parser.text, name=name))
+                self.launch("c", Partial(text=parser.text, name=name))
             case protocol.CallArgs(index=index, name=name, partial=raw) if index not in self._prefixed:
                 if len(prefix := args_prefix_of(raw)) >= PREFIX_CHARS:
                     self._prefixed.add(index)
-                    self.speculation.launch("c", self.steps, Partial(text=parser.text, name=name, args_prefix=prefix))
+                    self.launch("c", Partial(text=parser.text, name=name, args_prefix=prefix))
+
+    @property
+    def active_speculation(self) -> SpeculationScheduler | None:
+        """The scheduler while speculation is on (the user may turn it off and on)."""
+        return self.speculation if self.speculating else None
+
+    def launch(self, moment: str, partial: Partial | None = None) -> None:
+        """Start the predicted calls worth it at this moment, and say when each one is ready."""
+        if self.speculation is None:
+            return
+        if not self.speculating:
+            self.speculation.discard_all("speculation turned off")  # here no call is waiting on one
+            return
+        for spec in self.speculation.launch(moment, self.steps, partial):
+            if spec.task is not None:
+                spec.task.add_done_callback(lambda _, spec=spec: self.ready(spec))
+
+    def ready(self, spec: Speculation) -> None:
+        """A speculation's run ended: say so while its result waits for the model's call."""
+        if spec.state is SpecState.READY:
+            duration = (spec.finished or time.monotonic()) - spec.started
+            self.emit(SpecReady(self.now(), self.steps, spec.spec_id, round(duration, 6)))
+
+    # -- the user's side: follow-ups, interrupts, the speculation switch, resuming ---------------------
+
+    def send(self, text: str) -> None:
+        """Queue a follow-up message; it is taken up when the current work ends."""
+        if self.inbox is not None:
+            self.inbox.put_nowait(text)
+
+    def interrupt(self) -> bool:
+        """Stop the current step (the model's answer or the tool it runs); False when none is running."""
+        if self._step_task is None or self._step_task.done():
+            return False
+        return self._step_task.cancel()
+
+    def stop(self) -> None:
+        """End the session: interrupt what runs, and take no more messages."""
+        if self.inbox is not None:
+            self.inbox.put_nowait(None)
+        self.interrupt()
+
+    def set_speculation(self, enabled: bool) -> bool:
+        """Turn speculation on or off from the next moment on; False when this session has no analyzer."""
+        if self.speculation is None:
+            return False
+        if enabled != self.speculating:
+            self.speculating = enabled
+            self.emit(SpecToggle(self.now(), self.steps, enabled))
+        return True
+
+    def restore(self, events: list[Event]) -> None:
+        """Go on from a saved session: messages, steps and clock rebuilt from its trajectory's events."""
+        history = rebuild(events, self.engine.native_tools)
+        self.task, self.session_id = history.start.task, history.start.session_id
+        self.messages = [self.messages[0], *history.messages]
+        self.steps, self.output_tokens = history.steps, history.output_tokens
+        self._t0 = time.monotonic() - history.last_t
+        self.resumed = Outcome(history.status, history.reason)
+        if self.speculation is not None:
+            for event in events:
+                if not event.type.startswith("spec_"):
+                    self.speculation.analyzer.observe(event)  # predictions only; results are never reused
+
+    def opening(self) -> Event:
+        """session_start, or session_resume for a restored session."""
+        if self.resumed is not None:
+            return SessionResume(self.now(), self.session_id, self.steps, _wall_clock())
+        return SessionStart(self.now(), self.session_id, self.task, str(self.workspace.root), self.engine.name,
+                            sorted(self.tools), {"max_steps": self.config.max_steps,
+                                                 "max_seconds": self.config.max_seconds,
+                                                 "speculation": self.speculating}, _wall_clock())
+
+    async def next_message(self, outcome: Outcome | None) -> bool:
+        """Wait for the user's next message and add it to the conversation; False when the session ends."""
+        if self.inbox is None:
+            return False
+        if self.speculation is not None:
+            self.speculation.discard_all("the model stopped")
+        if outcome is not None:
+            self.emit(TurnEnd(self.now(), outcome.status, outcome.reason, outcome.summary, self.steps))
+        text = await self.inbox.get()
+        if text is None:
+            return False
+        for call in list(self._open):  # a finish call (and any after it): native tools want every call answered
+            if self.engine.native_tools:
+                self.answer(call, Observation("(the user replied)"), 0.0)
+        self._open = []
+        self.emit(UserMessage(self.now(), text))
+        self.messages.append({"role": "user", "content": text})
+        return True
+
+    async def interruptible(self, step: Coroutine[Any, Any, None]) -> None:
+        """Run one step as a task of its own, so that `interrupt()` stops it and the session goes on."""
+        self._step_task = asyncio.create_task(step)
+        try:
+            await self._step_task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the session itself is cancelled, or its time is up
+            await self.after_interrupt()
+            raise Interrupted("interrupted by the user") from None
+        finally:
+            self._step_task = None
+
+    async def after_interrupt(self) -> None:
+        """Say what was cut, give each call left open an interrupted result, drop what ran ahead."""
+        self.emit(Interrupt(self.now(), self.steps, "tool" if self._open else "model"))
+        if not self._open and self._request_id:
+            await self.engine.abort(self._request_id)
+        if self._open:
+            # A stopped call may have left the tree half changed, and its "result" must never be served
+            # as a real run's at this version: count a new version.
+            self.workspace.bump()
+        for call in list(self._open):
+            self.answer(call, Observation("[interrupted by the user]", is_error=True), 0.0)
+        if self.speculation is not None:
+            self.speculation.discard_all("interrupted by the user")
+        if self.observation is not None:
+            await self.observation.close()
+        self._provisional = None
+
+    async def workspace_diff(self) -> str:
+        """`git diff` of the workspace against HEAD, untracked files included."""
+        return await asyncio.to_thread(git_diff, self.workspace.root)
 
     async def close_tools(self) -> None:
         for tool in self.tools.values():
@@ -244,3 +430,7 @@ class Session:
                 result = close()
                 if asyncio.iscoroutine(result):
                     await result
+
+
+def _wall_clock() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

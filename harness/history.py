@@ -1,0 +1,68 @@
+"""A conversation rebuilt from its events, so that a saved session can go on where it stopped.
+
+The messages are the ones the session itself built: the system prompt, the task, each answer of the
+model as it was generated, each tool result, each format error and each follow-up of the user.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness import protocol
+from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, ToolResult, TurnEnd,
+                            UserMessage)
+
+
+def assistant_message(raw: str, native: list[dict[str, Any]] | None, has_calls: bool) -> dict[str, Any]:
+    """The model's answer as the next prompt carries it: its own words, verbatim.
+
+    The next prompt then shares its tokens with this answer's KV cache. An answer cut at the stop string
+    gets its closing tag back.
+    """
+    if native:
+        return {"role": "assistant", "content": raw, "tool_calls": native}
+    closed = has_calls and not raw.rstrip().endswith(protocol.CLOSE)
+    return {"role": "assistant", "content": raw + protocol.CLOSE if closed else raw}
+
+
+@dataclass(frozen=True)
+class History:
+    """What a resumed session starts from."""
+
+    start: SessionStart
+    messages: list[dict[str, Any]]  # without the system prompt, which the new session renders
+    steps: int
+    output_tokens: int
+    last_t: float
+    status: str  # how the session last stopped: finished, limit, error or interrupted
+    reason: str
+
+
+def rebuild(events: list[Event], native_tools: bool) -> History:
+    """The conversation and counters of a trajectory; raises ValueError when it has no session_start."""
+    start = next((e for e in events if isinstance(e, SessionStart)), None)
+    if start is None:
+        raise ValueError("the trajectory has no session_start event")
+    messages: list[dict[str, Any]] = [{"role": "user", "content": start.task}]
+    steps = tokens = 0
+    status, reason = "interrupted", "the session was closed"
+    for event in events:
+        steps = max(steps, getattr(event, "step", 0))
+        match event:
+            case LLMEnd():
+                parser = protocol.CallParser()
+                parser.feed(event.text)
+                parser.finish()
+                messages.append(assistant_message(event.text, event.tool_calls, bool(parser.calls)))
+                tokens += event.output_tokens
+            case ToolResult():
+                call = protocol.ParsedCall(event.call_id, event.name, {})
+                messages.append(protocol.result_message(call, event.output, native_tools))
+            case FormatError():
+                messages.append({"role": "user", "content": event.error})
+            case UserMessage():
+                messages.append({"role": "user", "content": event.text})
+            case TurnEnd() | SessionEnd():
+                status, reason = event.status, event.reason
+    return History(start, messages, steps, tokens, events[-1].t if events else 0.0, status, reason)

@@ -1,0 +1,134 @@
+"""What an interactive front end (the TUI) needs from the harness: open a session, resume one, find the last.
+
+    options = SessionOptions.from_args(args, repo)          # the `tao` command's flags
+    async with open_session(options, task=..., sinks=[...], ask=...) as live:
+        await live.session.run()                              # live.session.send / interrupt / stop
+
+The session is interactive (it waits for follow-up messages), writes its trajectory as it runs, asks
+through `ask` before shell commands that may change the workspace, and sends `llm_delta` events to
+`live_sinks`. A resumed session continues the same trajectory file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.approval import ApprovalPolicy, Ask, load_policy
+from harness.engine.factory import EngineOptions, open_engine
+from harness.errors import UsageError
+from harness.events import SessionStart, TrajectoryWriter, read_trajectory
+from harness.session import EventSink, Session, SessionConfig
+from harness.speculation.patterns import Analyzer
+from sandbox import Workspace
+from tools import default_tools
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """How to run sessions, from the command line."""
+
+    repo: Path
+    engine: EngineOptions
+    config: SessionConfig
+    approvals: ApprovalPolicy
+    speculation: bool = True
+    patterns: Path | None = None
+    warm: bool = True
+    provisional: bool = False
+    test_command: str | None = None
+    trajectory: Path | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, repo: Path) -> SessionOptions:
+        """Options from `tao`'s session and engine flags (see harness.cli)."""
+        from harness.cli import engine_options
+
+        config = SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time, max_tokens=args.max_tokens)
+        return cls(repo, engine_options(args), config, load_policy(repo, yolo=args.yolo),
+                   not args.no_speculation, args.patterns, not args.no_warm, args.provisional,
+                   args.test_command, args.trajectory)
+
+
+@dataclass(frozen=True)
+class LiveSession:
+    """An open interactive session, the trajectory it writes, and the engine it runs on."""
+
+    session: Session
+    trajectory: Path
+    engine: Any
+
+
+@asynccontextmanager
+async def open_session(options: SessionOptions, *, task: str = "", resume: Path | None = None,
+                       sinks: list[EventSink] | None = None, live_sinks: list[EventSink] | None = None,
+                       ask: Ask | None = None) -> AsyncIterator[LiveSession]:
+    """An interactive session on a new task, or on a saved one (`resume`); everything closed afterwards."""
+    from harness.cli import default_trajectory_path, load_patterns
+
+    history = read_trajectory(resume) if resume is not None else None
+    start = next((e for e in history or [] if isinstance(e, SessionStart)), None)
+    if history is not None and start is None:
+        raise UsageError(f"{resume} holds no session_start event: it is not a Tao trajectory")
+    repo = Path(start.repo) if start is not None else options.repo
+    if not repo.is_dir():
+        raise UsageError(f"the session's repository {repo} is not a directory")
+    analyzer = Analyzer(load_patterns(options.patterns))
+    engine = await open_engine(options.engine)
+    writer = TrajectoryWriter(resume or options.trajectory or default_trajectory_path())
+    workspace = Workspace(repo)
+    try:
+        session = Session(start.task if start else task, engine, workspace,
+                          default_tools(test_command=options.test_command), options.config,
+                          [writer.write, *(sinks or [])], analyzer=analyzer, warm=options.warm,
+                          provisional=options.provisional, approval=options.approvals.with_ask(ask),
+                          interactive=True, live_sinks=live_sinks)
+        session.speculating = options.speculation  # the switch starts where --no-speculation puts it
+        if history is not None:
+            session.restore(history)
+        yield LiveSession(session, writer.path, engine)
+    finally:
+        writer.close()
+        workspace.close()
+        await engine.close()
+
+
+def last_trajectory(trajectories: Path, repo: Path | None = None) -> Path | None:
+    """The newest trajectory in the folder, preferring one whose session ran in `repo`."""
+    paths = sorted(trajectories.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True)
+    if repo is not None:
+        root = str(repo.resolve())
+        for path in paths:
+            if _first_event(path).get("repo") == root:
+                return path
+    return next((path for path in paths if _first_event(path).get("type") == "session_start"), None)
+
+
+def _first_event(path: Path) -> dict[str, Any]:
+    try:
+        with path.open(encoding="utf-8") as handle:
+            data = json.loads(handle.readline() or "{}")
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def engine_status(engine: Any) -> dict[str, Any]:
+    """What the engine tells of its load, where it can: KV cache use (0-1), requests waiting and running.
+
+    Engines that keep no such books (replay, a remote server) leave the values None.
+    """
+    status: dict[str, Any] = {}
+    for key, attribute in (("kv", "kv_usage"), ("queued", "waiting"), ("running", "running")):
+        value = getattr(engine, attribute, None)
+        try:
+            value = value() if callable(value) else value
+        except Exception:  # noqa: BLE001 - a status read must never break the session
+            value = None
+        status[key] = len(value) if isinstance(value, (list, tuple, set, dict)) else value
+    return status

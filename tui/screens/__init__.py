@@ -1,0 +1,1 @@
+"""The TUI's screens beyond the main one: approval, workspace diff, keys."""

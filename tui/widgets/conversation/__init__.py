@@ -1,0 +1,1 @@
+"""The conversation region of the main screen."""

@@ -1,0 +1,1 @@
+"""The prompt region of the main screen."""

@@ -1,0 +1,35 @@
+"""The input box: the task first, then follow-up messages; `?` in an empty box shows the keys."""
+
+from __future__ import annotations
+
+from textual import events
+from textual.message import Message
+from textual.widgets import Input
+
+
+class PromptBox(Input):
+    """An Input that asks for the keys screen when `?` is typed into it while it is empty."""
+
+    DEFAULT_CSS = """
+    PromptBox { dock: bottom; margin: 0 0 1 0; }
+    """
+
+    class HelpRequested(Message):
+        """The user typed `?` into the empty box."""
+
+    def __init__(self) -> None:
+        super().__init__(placeholder="Describe the task and press Enter  (? for keys)", id="prompt")
+
+    async def _on_key(self, event: events.Key) -> None:
+        if event.character == "?" and not self.value:
+            event.stop()
+            event.prevent_default()
+            self.post_message(self.HelpRequested())
+            return
+        await super()._on_key(event)
+
+    def waiting_for(self, what: str) -> None:
+        """Say in the placeholder what typing here does now."""
+        self.placeholder = {"task": "Describe the task and press Enter  (? for keys)",
+                            "follow-up": "Send a follow-up message  (? for keys, Ctrl+C interrupts)",
+                            "busy": "Working… type a follow-up to queue it  (Ctrl+C interrupts)"}[what]

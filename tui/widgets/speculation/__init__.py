@@ -1,0 +1,1 @@
+"""The speculation region of the main screen."""

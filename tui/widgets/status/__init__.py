@@ -1,0 +1,1 @@
+"""The status region of the main screen."""

@@ -1,0 +1,114 @@
+"""The status bar: engine and its load, pacing, the session's step, elapsed time and tokens, and what runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.text import Text
+from textual.widgets import Static
+
+from harness.events import (Approval, Event, Interrupt, LLMEnd, LLMStart, SessionEnd, SessionResume, SessionStart,
+                            ToolCall, ToolResult, TurnEnd, UserMessage)
+
+
+@dataclass
+class Gauges:
+    """What the status bar shows; `None` where nothing is known (drawn as "-")."""
+
+    engine: str = "-"
+    activity: str = "idle"
+    step: int = 0
+    tokens: int = 0
+    tokens_per_second: float | None = None
+    started: float | None = None  # monotonic time the session (or its resumed part) started
+    offset: float = 0.0  # seconds a resumed session had already run
+    engine_load: dict[str, Any] = field(default_factory=dict)
+    pacing: str | None = None  # the co-scheduler's state, once one reports it
+
+
+class StatusBar(Static):
+    """One line at the bottom; `apply` takes events, `tick` the clock and the engine's load."""
+
+    DEFAULT_CSS = """
+    StatusBar { height: 1; background: $panel; color: $text; padding: 0 1; }
+    """
+
+    def __init__(self, masked: bool = False) -> None:
+        """`masked` draws no clock or rate (for snapshot tests and screenshots that must not change)."""
+        super().__init__(id="status")
+        self.gauges = Gauges()
+        self.masked = masked
+        self._now = 0.0
+
+    def on_mount(self) -> None:
+        self.update(self.line())
+
+    def apply(self, event: Event, now: float) -> None:
+        """Take one event; `now` is the monotonic time it arrived."""
+        gauges = self.gauges
+        match event:
+            case SessionStart():
+                gauges.engine, gauges.started, gauges.activity = event.engine, now, "working"
+            case SessionResume():
+                gauges.started, gauges.offset, gauges.step = now, event.t, event.steps
+                gauges.activity = "waiting for you"
+            case UserMessage():
+                gauges.activity = "working"
+            case LLMStart():
+                gauges.step, gauges.activity = event.step, "thinking"
+            case LLMEnd():
+                gauges.tokens += event.output_tokens
+                if event.decode_seconds:
+                    gauges.tokens_per_second = event.output_tokens / event.decode_seconds
+            case ToolCall():
+                gauges.activity = f"running {event.name}"
+            case ToolResult():
+                gauges.activity = "working"
+            case Approval():
+                gauges.activity = "running bash" if event.decision == "allow" else "working"
+            case Interrupt():
+                gauges.activity = "interrupted"
+            case TurnEnd():
+                gauges.activity = "waiting for you"
+            case SessionEnd():
+                gauges.activity = f"ended: {event.status}"
+        self.tick(now)
+
+    def tick(self, now: float, engine_load: dict[str, Any] | None = None) -> None:
+        """Redraw with the time now and, if given, the engine's current load."""
+        self._now = now
+        if engine_load is not None:
+            self.gauges.engine_load = engine_load
+        self.update(self.line())
+
+    def line(self) -> Text:
+        gauges, load = self.gauges, self.gauges.engine_load
+        elapsed = None if gauges.started is None else gauges.offset + self._now - gauges.started
+        rate = gauges.tokens_per_second
+        kv = load.get("kv")
+        parts = [
+            ("engine ", gauges.engine),
+            ("tok/s ", "-" if rate is None or self.masked else f"{rate:.1f}"),
+            ("kv ", "-" if kv is None else f"{kv:.0%}"),
+            ("queue ", f"{_dash(load.get('queued'))}/{_dash(load.get('running'))}"),
+            ("pacing ", gauges.pacing or "-"),
+            ("step ", str(gauges.step)),
+            ("time ", "-" if elapsed is None or self.masked else _clock(elapsed)),
+            ("tokens ", str(gauges.tokens)),
+        ]
+        text = Text()
+        for label, value in parts:
+            text.append(label, style="dim")
+            text.append(value + "  ", style="bold")
+        text.append(gauges.activity, style="italic")
+        return text
+
+
+def _dash(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}:{rest:02d}"
