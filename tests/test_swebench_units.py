@@ -1,0 +1,67 @@
+"""The pieces of `tao swebench` on their own: instance files, pytest's summary lines, the run report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.errors import UsageError
+from harness.swebench.evaluate import files_of, parse_pytest, run_report
+from harness.swebench.instances import load_instances
+
+ROW = {"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc", "problem_statement": "broken",
+       "test_patch": "", "FAIL_TO_PASS": '["t.py::test_a"]', "PASS_TO_PASS": [], "created_at": "2024"}
+
+
+def write(path: Path, *rows: object) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_hub_style_json_strings_are_test_lists(tmp_path: Path) -> None:
+    [instance] = load_instances(write(tmp_path / "i.jsonl", ROW))
+    assert instance.fail_to_pass == ["t.py::test_a"] and instance.pass_to_pass == []
+    assert instance.extra == {"created_at": "2024"} and "<issue>\nbroken\n</issue>" in instance.task
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ({**ROW, "instance_id": "../x"}, "may hold only letters"),
+    ({**ROW, "FAIL_TO_PASS": "not json"}, "FAIL_TO_PASS is a string but not a JSON list"),
+    ({k: v for k, v in ROW.items() if k != "repo"}, "missing field(s) repo"),
+    ({**ROW, "PASS_TO_PASS": [1]}, "PASS_TO_PASS must be a list of test ids"),
+])
+def test_bad_rows_are_named_with_their_line(tmp_path: Path, row: dict, message: str) -> None:
+    with pytest.raises(UsageError, match=r"i\.jsonl:2") as info:
+        load_instances(write(tmp_path / "i.jsonl", {**ROW, "instance_id": "ok"}, row))
+    assert message in str(info.value)
+
+
+def test_duplicate_ids_and_missing_files_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="appears twice"):
+        load_instances(write(tmp_path / "i.jsonl", ROW, ROW))
+    with pytest.raises(UsageError, match="does not exist"):
+        load_instances(tmp_path / "nope.jsonl")
+
+
+def test_pytest_summary_lines_give_each_test_its_status() -> None:
+    output = ("tests/a.py .F\n=== short test summary info ===\nPASSED tests/a.py::test_x\n"
+              "FAILED tests/a.py::test_y - AssertionError: 1 != 2\nERROR tests/b.py::test_z[1-2] - boom\n"
+              "SKIPPED [1] tests/c.py:3: no\n")
+    assert parse_pytest(output) == {"tests/a.py::test_x": "PASSED", "tests/a.py::test_y": "FAILED",
+                                    "tests/b.py::test_z[1-2]": "ERROR"}
+
+
+def test_files_of_a_patch() -> None:
+    patch = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\ndiff --git a/t/y.py b/t/y.py\nnew file mode 100644\n"
+    assert files_of(patch) == ["x.py", "t/y.py"]
+
+
+def test_run_report_counts_each_instance_once() -> None:
+    preds = {"a": "diff", "b": "diff", "c": "", "d": ""}
+    reports = {"a": {"resolved": True}, "b": {"resolved": False}, "c": {"resolved": False}}
+    report = run_report(["a", "b", "c", "d", "e"], preds, reports, setup_errors=["d"])
+    assert report["resolved_ids"] == ["a"] and report["unresolved_ids"] == ["b"]
+    assert report["empty_patch_ids"] == ["c"] and report["error_ids"] == ["d"]
+    assert report["submitted_instances"] == 4 and report["incomplete_ids"] == ["c", "d", "e"]
