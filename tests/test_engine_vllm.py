@@ -4,6 +4,7 @@ constrained decoding and context limits. One engine serves every test (tests/con
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from pathlib import Path
 
@@ -38,7 +39,18 @@ def rid() -> str:
     return uuid.uuid4().hex[:10]
 
 
-async def test_session_makes_a_parseable_tool_call_end_to_end(vllm_engine, tmp_path: Path) -> None:
+@pytest.fixture
+def greedy(vllm_engine):
+    """The shared engine decoding greedily for one test: the small model's sampled answers vary from run to
+    run (one in three ran a string argument past the token budget here), its greedy ones do not."""
+    sampled = vllm_engine.settings
+    vllm_engine.settings = dataclasses.replace(sampled, temperature=0.0)
+    yield vllm_engine
+    vllm_engine.settings = sampled
+
+
+async def test_session_makes_a_parseable_tool_call_end_to_end(greedy, tmp_path: Path) -> None:
+    vllm_engine = greedy
     repo = make_calc_repo(tmp_path)
     trajectory = tmp_path / "run.jsonl"
     writer = TrajectoryWriter(trajectory)
@@ -83,6 +95,17 @@ async def test_aborted_request_stops_in_the_engine(vllm_engine) -> None:
     assert final.usage is not None and final.usage.output_tokens < 100
     await asyncio.sleep(0.2)
     assert vllm_engine._llm.get_num_unfinished_requests() == 0
+
+
+async def test_a_streaming_request_shows_in_the_engine_load(vllm_engine) -> None:
+    """The scheduler's own counts (for the TUI's status bar): a request in the batch, KV blocks in use."""
+    request = LLMRequest(rid(), [{"role": "user", "content": "Tell a long story."}], max_tokens=4000)
+    seen: list[tuple[int, float]] = []
+    async for _ in vllm_engine.stream(request, ignore_eos=True):
+        seen.append((vllm_engine.running, vllm_engine.kv_usage))
+        if len(seen) == 8:
+            await vllm_engine.abort(request.request_id)
+    assert any(running >= 1 and kv > 0 for running, kv in seen)
 
 
 async def test_abandoned_stream_is_aborted(vllm_engine) -> None:

@@ -66,6 +66,35 @@ def cpu_has_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+@dataclass
+class EngineLoad:
+    """The engine's load as its scheduler last reported it (after every engine step)."""
+
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0
+
+
+def _load_logger(load: EngineLoad) -> Any:
+    """A vLLM stat-logger factory that copies the scheduler's counts into `load` (no logging, no Prometheus)."""
+    from vllm.v1.metrics.loggers import StatLoggerBase
+
+    class LoadLogger(StatLoggerBase):
+        def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+            pass
+
+        def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None,
+                   engine_idx: int = 0) -> None:
+            if scheduler_stats is not None:
+                load.running, load.waiting = scheduler_stats.num_running_reqs, scheduler_stats.num_waiting_reqs
+                load.kv_usage = scheduler_stats.kv_cache_usage
+
+        def log_engine_initialized(self) -> None:
+            pass
+
+    return LoadLogger
+
+
 class VLLMEngine:
     """An Engine over vLLM's AsyncLLM; start it with `await VLLMEngine.start(settings)`."""
 
@@ -81,7 +110,23 @@ class VLLMEngine:
         self.max_model_len: int = llm.model_config.max_model_len
         self.block_size: int = llm.vllm_config.cache_config.block_size  # prefix caching works in whole blocks
         self._aborted: dict[str, None] = {}  # an ordered set, trimmed to ABORTED_KEPT ids
+        self.load: EngineLoad = getattr(llm, "tao_load", EngineLoad())
         self._grammars: dict[str, str] = {}  # tool specs JSON -> structural tag JSON
+
+    @property
+    def kv_usage(self) -> float:
+        """Share of the KV cache's blocks in use (0-1), as the scheduler last reported it."""
+        return self.load.kv_usage
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued in the engine, not yet scheduled."""
+        return self.load.waiting
+
+    @property
+    def running(self) -> int:
+        """Requests in the running batch."""
+        return self.load.running
 
     @classmethod
     async def start(cls, settings: VLLMSettings) -> VLLMEngine:
@@ -212,8 +257,11 @@ def _build_llm(settings: VLLMSettings) -> Any:
         dtype=("bfloat16" if cpu_has_bf16() else "float32") if on_cpu else "auto",
         enforce_eager=on_cpu,
     )
+    load = EngineLoad()
     try:
-        return AsyncLLM.from_engine_args(args)
+        llm = AsyncLLM.from_engine_args(args, stat_loggers=[_load_logger(load)])
+        llm.tao_load = load
+        return llm
     except (OSError, ValueError) as exc:
         raise EngineUnavailable(f"vLLM could not load model {settings.model!r}; pass a local model directory "
                                 f"or a Hugging Face name that is cached or downloadable ({exc})") from None
