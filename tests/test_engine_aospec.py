@@ -33,6 +33,7 @@ SPECS = tool_specs(default_tools())
 # would make warming moot, and which candidates the analyzer offers is not what these tests are about.
 NO_ACTIONS = Budget(min_probability=2.0)
 FIX = {"path": "calc/ops.py", "old": "    return a - b\n\n\ndef subtract", "new": "    return a + b\n\n\ndef subtract"}
+BREAK = {"path": "calc/ops.py", "old": "    return a + b\n\n\ndef subtract", "new": "    return a * b\n\n\ndef subtract"}
 TEST = ("run_tests", {"command": "python -m pytest -q -p no:asyncio -p no:hypothesispytest tests"})
 
 
@@ -59,6 +60,11 @@ class Recorder:
 
 def turn(name: str, arguments: dict) -> Turn:
     return Turn(f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>")
+
+
+# A passing run, a change that cannot alter its output, the same run again: a guess that proves right.
+PASSING_RERUN = [turn("edit_file", FIX), turn(*TEST), turn("write_file", {"path": "NOTES.md", "content": "checked\n"}),
+                 turn(*TEST), turn("finish", {"summary": "looked"})]
 
 
 async def run(engine, repo: Path, turns: list[Turn], *, warm: bool, provisional: bool = False) -> tuple[list[Event], Recorder]:
@@ -93,38 +99,37 @@ async def test_a_warmed_prefill_makes_the_next_request_hit_the_cache(vllm_engine
 
 async def test_a_matching_guess_is_warmed_and_reused(vllm_engine, tmp_path: Path) -> None:
     repo = make_calc_repo(tmp_path)
-    turns = [turn(*TEST), turn("write_file", {"path": "NOTES.md", "content": "checked\n"}), turn(*TEST),
-             turn("finish", {"summary": "looked"})]
+    turns = PASSING_RERUN
     events, _ = await run(vllm_engine, repo, turns, warm=True)
     [settle] = [e for e in events if isinstance(e, SpecObsSettle)]
-    assert settle.matched and settle.step == 3
-    after = next(e for e in events if isinstance(e, LLMEnd) and e.step == 4)
+    assert settle.matched and settle.step == 4
+    after = next(e for e in events if isinstance(e, LLMEnd) and e.step == 5)
     assert settle.warmed_tokens is None or after.cached_tokens >= settle.warmed_tokens - vllm_engine.block_size
 
 
 async def test_a_wrong_guess_never_reaches_the_model(vllm_engine, tmp_path: Path) -> None:
-    turns = [turn(*TEST), turn("edit_file", FIX), turn(*TEST), turn("finish", {"summary": "fixed"})]
+    # The guess comes from a passing run; an edit then breaks the code, so the re-run prints a failure.
+    turns = [turn("edit_file", FIX), turn(*TEST), turn("edit_file", BREAK), turn(*TEST), turn("finish", {"summary": "broke"})]
     off, _ = await run(vllm_engine, make_calc_repo(tmp_path / "work"), turns, warm=False)
     (tmp_path / "work").rename(tmp_path / "off")
     on, recorder = await run(vllm_engine, make_calc_repo(tmp_path / "work"), turns, warm=True, provisional=True)
     [settle] = [e for e in on if isinstance(e, SpecObsSettle)]
     assert not settle.matched
     assert comparable(on) == comparable(off)
-    guess = next(e.output for e in on if e.type == "tool_result" and e.step == 1)
+    guess = next(e.output for e in on if e.type == "tool_result" and e.step == 2)
     real = [r for r in recorder.requests if r.priority != WARM_PRIORITY]
-    assert all(guess not in json.dumps(r.messages[-1]) for r in real[3:])  # after the re-run: only the real output
+    assert all(guess not in json.dumps(r.messages[-1]) for r in real[4:])  # after the re-run: only the real output
     provisional = [r.request_id for r in recorder.requests if r.priority == WARM_PRIORITY]
     assert provisional and provisional[0] in recorder.aborted  # its provisional tokens were thrown away
 
 
 async def test_a_provisional_step_on_the_right_guess_is_kept(vllm_engine, tmp_path: Path) -> None:
-    turns = [turn(*TEST), turn("write_file", {"path": "NOTES.md", "content": "checked\n"}), turn(*TEST),
-             turn("finish", {"summary": "looked"})]
+    turns = PASSING_RERUN
     off, _ = await run(vllm_engine, make_calc_repo(tmp_path / "work"), turns, warm=False)
     (tmp_path / "work").rename(tmp_path / "off")
     on, recorder = await run(vllm_engine, make_calc_repo(tmp_path / "work"), turns, warm=True, provisional=True)
     assert comparable(on) == comparable(off)
     assert [e.matched for e in on if isinstance(e, SpecObsSettle)] == [True]
-    # Step 4 was answered by the provisional request: no ordinary request was sent for it.
-    assert len([r for r in recorder.requests if r.priority != WARM_PRIORITY]) == 3
+    # Step 5 was answered by the provisional request: no ordinary request was sent for it.
+    assert len([r for r in recorder.requests if r.priority != WARM_PRIORITY]) == 4
     assert not recorder.aborted

@@ -181,3 +181,19 @@ async def test_a_bash_command_is_never_answered_by_the_structured_call_it_amount
     await scheduler.close()
     assert not of(events, SpecPromote)
     assert of(events, SpecDiscard)[0].reason == "not the model's call"
+
+
+async def test_a_failed_run_is_a_guess_of_its_output_only_until_the_tree_changes(tmp_path: Path) -> None:
+    """After an edit, a failing test run is expected to print something else: no warming on its old output."""
+    repo = make_calc_repo(tmp_path)
+    scheduler, _ = make(repo)
+    workspace = scheduler.workspace
+    test, lint = ParsedCall("c1", "run_tests", {"command": "pytest"}), ParsedCall("c2", "run_tests", {"command": "lint"})
+    for call, code in ((test, 1), (lint, 0)):
+        scheduler.observe(ToolCall(0.0, 1, call.call_id, call.name, call.arguments, "sandboxed"))
+        scheduler.observe(ToolResult(0.1, 1, call.call_id, call.name, f"exit {code}", exit_code=code,
+                                     workspace_version=workspace.version))
+    assert scheduler.last_output(test) == "exit 1" and scheduler.last_output(lint) == "exit 0"
+    workspace.bump()
+    assert scheduler.last_output(test) is None and scheduler.last_output(lint) == "exit 0"
+    await scheduler.close()
