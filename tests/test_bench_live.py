@@ -7,19 +7,22 @@ the test, with real tools and overlays; only the engine is the replay engine, as
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.bench import live
+from harness.bench import embedded, live
 from harness.bench import sessions as recorded
 from harness.bench.oracle import OracleAnalyzer, turn_calls
 from harness.bench.overhead import Meter
+from harness.engine.base import LLMRequest
 from harness.engine.replay import Recording, ReplayEngine, Turn
-from harness.events import (Event, LLMEnd, SessionStart, SpecLaunch, SpecPromote, SpecSummary, ToolCall,
-                            comparable)
+from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart, SpecLaunch, SpecObsSettle,
+                            SpecObsWarm, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable)
 from harness.session import Session
+from harness.speculation.scheduler import Budget
 from sandbox import Workspace
 from tests.helpers import make_calc_repo
 from tools import default_tools
@@ -163,7 +166,7 @@ def test_a_bundled_sessions_template_is_committed_with_its_setup(tmp_path: Path)
 
 def test_the_benchmark_runs_end_to_end_on_a_bundled_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                             capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("PATH", __import__("os").environ["PATH"])  # restored after: the run prepends the venv
+    monkeypatch.setenv("PATH", os.environ["PATH"])  # restored after: the run prepends the venv
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # no learned model: rules only
     code = live.main(["--only", "calc-fix-add", "--repeat", "1", "--tpot-ms", "0", "--cache", str(tmp_path), "--json"])
@@ -174,3 +177,106 @@ def test_the_benchmark_runs_end_to_end_on_a_bundled_session(tmp_path: Path, monk
     assert not result["not_finished"] and result["trajectories_equal"] == result["trajectories_checked"] == 2
     assert result["sessions"]["calc-fix-add"]["oracle_spec"]["promoted"] >= 4
     assert "rules" in result["config"]["model"]
+
+
+# -- --engine embedded: observation warming on the real engine ---------------------------------------------
+
+def turn_events(step: int, t: float, ttft: float, prompt: int, cached: int) -> list[Event]:
+    return [LLMStart(t, step, f"r{step}", 2), LLMFirstToken(t + ttft + 0.01, step, f"r{step}"),
+            LLMEnd(t + 1.0, step, f"r{step}", "text", prompt_tokens=prompt, cached_tokens=cached, ttft=ttft)]
+
+
+def tool_events(step: int, t: float, name: str, output: str, effect: str = "sandboxed") -> list[Event]:
+    args = {"command": "pytest -q"} if name == "run_tests" else {"pattern": "x"}
+    return [ToolCall(t, step, f"c{step}", name, args, effect),
+            ToolResult(t + 0.5, step, f"c{step}", name, output, duration=0.5)]
+
+
+def test_after_tool_steps_classify_the_guess_as_the_session_makes_it() -> None:
+    events: list[Event] = [SessionStart(0.0, "id", "task", "/repo", "e", [], {}, "")]
+    events += turn_events(1, 0.0, 2.0, 1000, 896) + tool_events(1, 1.1, "run_tests", "1 failed")
+    events += turn_events(2, 2.0, 1.0, 1100, 1024) + tool_events(2, 3.1, "run_tests", "1 failed")  # a repeat
+    events += [SpecObsWarm(3.1, 2, "c2", "last_run", False, 8), SpecObsSettle(3.6, 2, "c2", True, 1200)]
+    events += turn_events(3, 4.0, 0.5, 1200, 1152) + tool_events(3, 5.1, "run_tests", "1 passed")  # differs
+    events += [SpecObsSettle(5.6, 3, "c3", False, None)]
+    events += turn_events(4, 6.0, 0.8, 1300, 1152) + tool_events(4, 7.1, "run_tests", "1 passed")
+    events += [SpecPromote(7.2, 4, "s1", "c4", 0.5, 0.0)]  # promoted: there at once, nothing to warm
+    events += turn_events(5, 8.0, 0.7, 1400, 1280) + tool_events(5, 9.1, "grep", "a:1", "pure")
+    events += turn_events(6, 10.0, 0.6, 1500, 1408)
+    rows = embedded.after_tool_steps(events)
+    assert [(r["step"], r["tool"], r["guess"], r["settled"]) for r in rows] == [
+        (2, "run_tests", "none", None), (3, "run_tests", "matched", True), (4, "run_tests", "mismatched", False),
+        (5, "run_tests", "none", None), (6, "grep", "none", None)]
+    assert rows[1]["ttft"] == 0.5 and rows[1]["wait"] == pytest.approx(0.51) and rows[1]["warmed_tokens"] == 1200
+    assert (rows[2]["guess_chars"], rows[2]["output_chars"], rows[4]["guess_chars"]) == (8, 8, None)
+    assert (rows[0]["prompt_tokens"], rows[0]["cached_tokens"]) == (1100, 1024)
+    record = embedded.run_record(events, "s", "warm", 0, 12.0, "finished", 6)
+    assert (record["warms"], record["matched"], record["mismatched"], record["promoted"]) == (1, 1, 1, 1)
+    assert record["prompt_tokens"] == 7500 and record["output_tokens"] == [0] * 6
+    assert record["first_step"] == {"prompt_tokens": 1000, "cached_tokens": 896}
+    assert embedded.guess_check([record]) == {"guesses": 2, "agree": 2, "settles": 2}
+
+
+def embedded_run(mode: str, ttfts: list[tuple[str, float]], seconds: float = 10.0, rep: int = 0,
+                 session: str = "s", trace: str = "t") -> dict[str, Any]:
+    rows = [{"step": i + 2, "tool": "run_tests", "guess": guess, "duration": 0.5, "settled": None,
+             "warmed_tokens": None, "ttft": ttft, "wait": ttft + 0.01, "prompt_tokens": 1000, "cached_tokens": 900}
+            for i, (guess, ttft) in enumerate(ttfts)]
+    return {"session": session, "mode": mode, "rep": rep, "seconds": seconds, "status": "finished", "steps": 4,
+            "after_tool": rows, "prompt_tokens": 4000, "cached_tokens": 3000, "output_tokens": [10, 20],
+            "warms": 0 if mode == "nowarm" else 2, "matched": 0 if mode == "nowarm" else 1,
+            "mismatched": 0 if mode == "nowarm" else 1, "promoted": 0, "trace": trace,
+            "first_step": {"prompt_tokens": 1000, "cached_tokens": 896}}
+
+
+def test_embedded_summary_gives_ttft_after_tools_by_guess_and_the_ratio() -> None:
+    runs = [embedded_run("nowarm", [("matched", 4.0), ("mismatched", 2.0), ("none", 1.0)], 20.0),
+            embedded_run("warm", [("matched", 1.0), ("mismatched", 3.0), ("none", 1.0)], 18.0),
+            embedded_run("nowarm", [("matched", 6.0), ("mismatched", 2.0), ("none", 1.0)], 22.0, rep=1),
+            embedded_run("warm", [("matched", 2.0), ("mismatched", 2.0), ("none", 2.0)], 20.0, rep=1, trace="x")]
+    result = embedded.summarize(runs)
+    nowarm, warm = result["total"]["nowarm"], result["total"]["warm"]
+    assert nowarm["ttft"] == {"n": 6, "mean": round(16.0 / 6, 4), "p50": 2.0}
+    assert warm["by_guess"]["matched"]["ttft"] == {"n": 2, "mean": 1.5, "p50": 1.0}
+    assert nowarm["by_guess"]["matched"]["ttft"]["mean"] == 5.0
+    assert result["ttft_after_tool_ratio"] == round((11.0 / 6) / (16.0 / 6), 4)
+    assert result["ttft_after_matched_ratio"] == 0.3
+    assert result["total"]["ratios"]["warm"]["seconds"] == round(19.0 / 21.0, 4)
+    assert nowarm["cache_hit"] == 0.75 and nowarm["cache_hit_after_tool"] == 0.9
+    assert (warm["warms"], warm["matched"]) == (4, 2)
+    assert result["trajectories_checked"] == 2 and result["trajectories_equal"] == 1
+    assert result["output_tokens_equal"] == 2 and result["wait_after_tool_ratio_provisional"] is None
+    assert set(result["sessions"]["s"]["ratios"]) == {"warm"}
+
+
+def test_embedded_modes_rotate_and_each_run_gets_its_own_fixed_length_nonce() -> None:
+    modes = list(embedded.MODES)
+    assert {embedded.order(modes, rep, 0)[0] for rep in range(3)} == set(modes)
+    assert embedded.nonce_task("fix it", 12345678) == "Run 12345678.\nfix it"
+    assert len(embedded.nonce_task("t", 10**7)) == len(embedded.nonce_task("t", 10**8 - 1))
+
+
+@pytest.mark.engine
+async def test_embedded_runs_share_no_cache_past_the_system_prompt(vllm_engine, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A repeated test run is warmed and matched on the real engine; a second run of the same session
+    finds no more of its first prompt cached than the primed system prompt."""
+    monkeypatch.setenv("PATH", os.environ["PATH"])  # bench_environment prepends the venv
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    live.bench_environment()
+    test = ("run_tests", {"command": "python -m pytest -q tests/test_ops.py::test_subtract"})
+    calls = [test, ("write_file", {"path": "NOTES.md", "content": "ok\n"}), test, ("finish", {"summary": "ok"})]
+    recording = Recording([Turn(f"<tool_call>{json.dumps({'name': n, 'arguments': a})}</tool_call>")
+                           for n, a in calls], task="Check subtract.")
+    session = recorded.LiveSession("calc-tiny", recording, {"example": "calc"}, [])
+    await embedded.prime(vllm_engine, session, tmp_path)
+    budget = Budget(max_sandboxed=0)  # the re-run is left to the model, so it is warmed, not promoted
+    warm = await embedded.run_one(vllm_engine, session, "warm", 0, None, budget, tmp_path, 11111111)
+    cold = await embedded.run_one(vllm_engine, session, "nowarm", 0, None, budget, tmp_path, 22222222)
+    assert warm["status"] == cold["status"] == "finished" and warm["trace"] == cold["trace"]
+    assert (warm["warms"], warm["matched"]) == (1, 1) and cold["warms"] == 0
+    assert [r["guess"] for r in warm["after_tool"]] == ["none", "none", "matched"]
+    assert embedded.guess_check([warm]) == {"guesses": 1, "agree": 1, "settles": 1}
+    system = vllm_engine.render(LLMRequest("x", [{"role": "system", "content": "s"}], [], 1))  # template only
+    assert 0 < cold["first_step"]["cached_tokens"] == warm["first_step"]["cached_tokens"]
+    assert cold["first_step"]["cached_tokens"] < cold["first_step"]["prompt_tokens"] - len(system)

@@ -8,6 +8,9 @@ through the same scheduler). Repetitions interleave the modes, rotating their or
 drifts on a shared machine hit all three. Reported per session and over the mix: mean and p99 session
 time and their ratios to `off`, Tao's saving as a share of the oracle's, hits, waste and the overhead
 per decision (harness.bench.overhead). JSON with `--json`, and a table.
+
+`--engine embedded` runs the same sessions through the real in-process engine instead, to measure
+observation warming (AOSpec): harness.bench.embedded.
 """
 
 from __future__ import annotations
@@ -389,23 +392,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sessions", type=Path, default=recorded.SESSIONS_DIR,
                         help="folder of recorded session files (default: examples/sessions)")
     parser.add_argument("--only", help="comma-separated session names to run (default: all)")
-    parser.add_argument("--repeat", type=int, default=3, help="repetitions, modes interleaved (default 3)")
+    parser.add_argument("--engine", choices=("replay", "embedded"), default="replay",
+                        help="replay: the recorded turns at --tpot-ms, speculation off, on and oracle (default); "
+                             "embedded: the real in-process engine, observation warming off and on "
+                             "(harness.bench.embedded)")
+    parser.add_argument("--repeat", type=int, help="repetitions, modes interleaved (default 3; 1 with --engine embedded)")
     parser.add_argument("--tpot-ms", type=float, default=10.0, help="replay milliseconds per output token (default 10)")
     parser.add_argument("--model", type=Path, help="learned pattern model for the `on` runs "
                                                   f"(default {default_model_path()} if present, else rules only)")
     parser.add_argument("--cache", type=Path, help=f"repositories and run copies (default {recorded.cache_dir()})")
+    parser.add_argument("--provisional", action="store_true",
+                        help="--engine embedded: a third mode, warming with the provisional next step")
+    parser.add_argument("--max-sandboxed", type=int, help="--engine embedded: test runs speculated at once (default: "
+                        "Tao's budget); 0 leaves every test run to the model, so repeated ones are warmed, not promoted")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (table on stderr)")
 
 
 def cmd_live(args: argparse.Namespace) -> int:
     """Run the benchmark and print it."""
     only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
-    result = run(args.sessions, only, args.repeat, args.tpot_ms, args.model, args.cache)
+    if args.engine == "embedded":
+        from harness.bench import embedded
+
+        result = embedded.run(args.sessions, only, args.repeat or 1, args.provisional, args.model,
+                              args.max_sandboxed, args.cache)
+        show = embedded.table
+    else:
+        result, show = run(args.sessions, only, args.repeat or 3, args.tpot_ms, args.model, args.cache), table
     if args.json:
         print(json.dumps(result, indent=2))
-        print(table(result), file=sys.stderr)
+        print(show(result), file=sys.stderr)
     else:
-        print(table(result))
+        print(show(result))
     return 0
 
 
@@ -414,7 +432,8 @@ def register(bench_subparsers: Any) -> None:
     parser = bench_subparsers.add_parser(
         "live", help="recorded sessions against real repositories: speculation off, on and oracle",
         description="Replay recorded sessions against real repositories with real tools, with speculation "
-                    "off, on (Tao's analyzer) and oracle (every call foreseen), interleaved.")
+                    "off, on (Tao's analyzer) and oracle (every call foreseen), interleaved; with --engine "
+                    "embedded, through the real engine with observation warming off and on.")
     add_arguments(parser)
     parser.set_defaults(func=cmd_live)
 
