@@ -1,0 +1,296 @@
+"""`tao bench cosched`: many recorded sessions against one engine, with and without the co-scheduler.
+
+    tao bench cosched --sessions 1,4,16 --engine embedded                  # the real vLLM CPU engine
+    tao bench cosched --sessions 1,8,32,64,128,192 --engine sim            # simulated, GPU-class profile
+
+At each level N, N sessions start together (examples/sessions round robin, each task tagged so that
+only the system prompt is shared) in three modes (harness.bench.cosched_run): `fcfs` (no speculation,
+no pacing: plain vLLM), `spec` (speculation, no pacing) and `cosched` (speculation and the co-scheduler's
+Pacing policy). Reported per level and mode: mean and p99 session time, engine time per step, time
+waiting for admission, cached prompt share; and the ratios the issue's targets are about. `--engine sim`
+runs harness.engine.sim on a virtual clock (harness.bench.vclock), `--profile gpu` (default) or `cpu`
+or a calibration JSON (`tao bench calibrate`); the co-scheduler paces by the same profile (`cpu` for
+the embedded engine unless `--profile` says otherwise). JSON with `--json`, and a table; `--partial`
+keeps the levels done so far in a file, for long real-engine runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from harness.bench import cosched_run as runner
+from harness.bench.live import machine, model_choice, quantile
+from harness.bench.vclock import VirtualClockLoop
+from harness.engine.sim import PROFILES, Profile, SimEngine
+from harness.errors import UsageError
+
+SAME = 0.01  # "never worse": a ratio up to 1.01 counts as equal (schedules differ by chance in every mode)
+
+
+def cache_dir() -> Path:
+    """Books and the shared workspace path: next to `tao bench live`'s cache."""
+    from harness.bench.sessions import cache_dir as live_cache
+
+    return live_cache().parent / "cosched"
+
+
+def profile_for(name: str) -> Profile:
+    """A built-in profile (gpu, cpu) or a calibration JSON."""
+    if name in PROFILES:
+        return PROFILES[name]
+    path = Path(name)
+    if not path.is_file():
+        raise UsageError(f"--profile {name}: not one of {', '.join(PROFILES)} and not a file")
+    return Profile.load(path)
+
+
+async def run_levels(levels: list[int], engine_kind: str, profile: Profile, workload: runner.Workload,
+                     most_groups: int, progress: bool, partial: Path | None = None,
+                     wanted: tuple[str, ...] = runner.MODES) -> list[dict[str, Any]]:
+    """Every level in every mode; the modes of a level run back to back, their order rotating by level."""
+    root = cache_dir() / "workspace" / "repo"
+    root.mkdir(parents=True, exist_ok=True)
+    pacing = runner.pacing_for(profile, workload)
+    shared = await _embedded() if engine_kind == "embedded" else None
+    out = []
+    try:
+        for index, level in enumerate(levels):
+            modes = [m for m in runner.MODES[index % 3:] + runner.MODES[:index % 3] if m in wanted]
+            row: dict[str, Any] = {"sessions": level, "modes": {}}
+            for mode in modes:
+                runs, engine_stats = [], []
+                for g, members in enumerate(runner.groups(level, workload, most_groups)):
+                    engine = shared or SimEngine(profile)
+                    if shared is not None:
+                        await runner.warm_system_prompt(shared, workload, root)
+                    tag = f"{mode}-{level}-{g}-{time.time_ns() % 10**8}"
+                    group = await runner.run_group(engine, workload, members, mode, pacing, tag, root)
+                    runs.append(group)
+                    if isinstance(engine, SimEngine):
+                        engine_stats.append(asdict(engine.stats))
+                        await engine.close()
+                row["modes"][mode] = mode_summary(runs, engine_stats)
+                if partial is not None:  # a long run keeps what it measured should it be stopped
+                    partial.write_text(json.dumps({"levels": [*out, row]}, indent=1) + "\n", encoding="utf-8")
+                if progress:
+                    m = row["modes"][mode]
+                    print(f"  {level:4} sessions  {mode:8} mean {m['mean']:9.2f} s  p99 {m['p99']:9.2f} s  "
+                          f"({m['runs']} sessions)", file=sys.stderr, flush=True)
+            out.append(row)
+    finally:
+        if shared is not None:
+            await shared.close()
+    return out
+
+
+async def _embedded() -> Any:
+    from harness.engine.factory import EngineOptions, start_local
+
+    return await start_local(EngineOptions(attach=False))
+
+
+def mode_summary(groups: list[dict[str, Any]], engine_stats: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and p99 session time and what went into it, over every session of every group."""
+    sessions = [s for g in groups for s in g["sessions"]]
+    times = [s["seconds"] for s in sessions]
+    steps = sum(s["steps"] for s in sessions) or 1
+    prompt = sum(s["prompt_tokens"] for s in sessions) or 1
+    actions: dict[str, int] = {}
+    for group in groups:
+        for key, count in group["cosched"].items():
+            actions[key] = actions.get(key, 0) + count
+    summary = {
+        "mean": round(statistics.fmean(times), 3), "p99": round(quantile(times, 0.99), 3), "runs": len(times),
+        "engine_s_per_step": round(sum(s["engine_seconds"] for s in sessions) / steps, 4),
+        "queue_s_per_step": round(sum(s["queue_wait"] for s in sessions) / steps, 4),
+        "cached_share": round(sum(s["cached_tokens"] for s in sessions) / prompt, 4),
+        "promoted": round(statistics.fmean(s["promoted"] for s in sessions), 2),
+        "warm": {"settled": sum(s["warm_settled"] for s in sessions),
+                 "matched": sum(s["warm_matched"] for s in sessions)},
+        "cosched": actions,
+        "not_finished": sum(s["status"] != "finished" for s in sessions),
+    }
+    if engine_stats:
+        summary["engine"] = {key: round(sum(e[key] for e in engine_stats), 3) for key in engine_stats[0]}
+    return summary
+
+
+def ratios(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per level: spec and cosched against fcfs, and cosched against spec, for the mean and the p99."""
+    out = []
+    for row in levels:
+        m = row["modes"]
+        r = lambda a, b, q: round(m[a][q] / m[b][q], 4) if a in m and b in m and m[b][q] else None  # noqa: E731
+        out.append({"sessions": row["sessions"],
+                    "spec_fcfs_mean": r("spec", "fcfs", "mean"), "spec_fcfs_p99": r("spec", "fcfs", "p99"),
+                    "cosched_fcfs_mean": r("cosched", "fcfs", "mean"), "cosched_fcfs_p99": r("cosched", "fcfs", "p99"),
+                    "cosched_spec_mean": r("cosched", "spec", "mean"), "cosched_spec_p99": r("cosched", "spec", "p99")})
+    return out
+
+
+def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets, level by level: met, missed, or not measured (no level in range)."""
+    def check(name: str, key: str, bound: float, least: int) -> dict[str, Any]:
+        hits = {r["sessions"]: r[key] for r in rows if r["sessions"] >= least and r[key] is not None}
+        return {"target": name, "levels": hits, "met": all(v <= bound for v in hits.values()) if hits else None}
+    never_worse = {r["sessions"]: (r["cosched_spec_mean"], r["cosched_spec_p99"]) for r in rows
+                   if r["cosched_spec_mean"] is not None}
+    return {"mean_le_0.75_fcfs_from_16": check("mean <= 0.75 x fcfs at >= 16", "cosched_fcfs_mean", 0.75, 16),
+            "p99_le_0.7_fcfs_from_64": check("p99 <= 0.7 x fcfs at >= 64", "cosched_fcfs_p99", 0.7, 64),
+            "never_worse_than_spec": {"target": f"cosched <= spec (mean and p99, within {SAME:.0%})",
+                                      "levels": never_worse,
+                                      "met": all(a <= 1 + SAME and b <= 1 + SAME for a, b in never_worse.values())
+                                      if never_worse else None}}
+
+
+def run(levels: list[int], engine_kind: str, profile_name: str | None, only: list[str] | None, model: Path | None,
+        most_groups: int | None, progress: bool = True, partial: Path | None = None,
+        modes: tuple[str, ...] = runner.MODES) -> dict[str, Any]:
+    """The whole benchmark: load the workload, run every level in every mode, summarize."""
+    if engine_kind not in ("sim", "embedded"):
+        raise UsageError(f"--engine must be sim or embedded, not {engine_kind!r}")
+    if not levels or min(levels) < 1:
+        raise UsageError("--sessions takes a comma-separated list of positive counts, e.g. 1,8,32")
+    if most_groups is not None and most_groups < 1:
+        raise UsageError(f"--groups {most_groups}: give a positive number of runs per level")
+    profile = profile_for(profile_name or ("cpu" if engine_kind == "embedded" else "gpu"))
+    model_path, model_note = model_choice(model)
+    most = most_groups if most_groups is not None else (1 if engine_kind == "embedded" else 8)
+    started = time.perf_counter()
+    before = machine()
+
+    async def main() -> tuple[list[dict[str, Any]], runner.Workload]:
+        workload = await runner.load_workload(only, model_path, cache_dir())
+        return await run_levels(levels, engine_kind, profile, workload, most, progress, partial, modes), workload
+
+    factory = VirtualClockLoop if engine_kind == "sim" else None
+    with asyncio.Runner(loop_factory=factory) as loop:
+        rows, workload = loop.run(main())
+    pacing = runner.pacing_for(profile, workload)
+    result_ratios = ratios(rows)
+    return {"config": {"engine": engine_kind, "profile": profile.name, "levels": levels, "groups_at_most": most,
+                       "model": model_note, "pacing": asdict(pacing), "sessions": [s.name for s in workload.sessions],
+                       "wall_seconds": round(time.perf_counter() - started, 1)},
+            "levels": rows, "ratios": result_ratios, "targets": targets(result_ratios),
+            "machine": {**before, "load_after": machine()["load"]}}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The result as plain-text tables."""
+    config = result["config"]
+    lines = [f"tao bench cosched: engine {config['engine']} ({config['profile']}), pacing knee "
+             f"{config['pacing']['knee']}, max wait {config['pacing']['max_wait']:.1f} s; model: {config['model']}",
+             f"{'N':>5} {'mode':8}{'mean s':>10}{'p99 s':>10}{'eng s/step':>11}{'queue s/step':>13}{'cached':>8}"
+             f"{'promo':>7}{'warm ok/all':>12}"]
+    for row in result["levels"]:
+        for mode in (mode for mode in runner.MODES if mode in row["modes"]):
+            m = row["modes"][mode]
+            lines.append(f"{row['sessions']:5} {mode:8}{m['mean']:10.2f}{m['p99']:10.2f}{m['engine_s_per_step']:11.3f}"
+                         f"{m['queue_s_per_step']:13.3f}{m['cached_share']:8.1%}{m['promoted']:7.2f}"
+                         f"{m['warm']['matched']:>6}/{m['warm']['settled']:<5}")
+    lines.append(f"{'N':>5}  {'spec/fcfs mean':>15}{'p99':>7}  {'cosched/fcfs mean':>18}{'p99':>7}  "
+                 f"{'cosched/spec mean':>18}{'p99':>7}")
+    for r in result["ratios"]:
+        f = lambda key, width: f"{r[key]:{width}.3f}" if r[key] is not None else f"{'-':>{width}}"  # noqa: E731
+        lines.append(f"{r['sessions']:5}  {f('spec_fcfs_mean', 15)}{f('spec_fcfs_p99', 7)}  "
+                     f"{f('cosched_fcfs_mean', 18)}{f('cosched_fcfs_p99', 7)}  "
+                     f"{f('cosched_spec_mean', 18)}{f('cosched_spec_p99', 7)}")
+    for key, target in result["targets"].items():
+        verdict = {True: "met", False: "NOT met", None: "not measured"}[target["met"]]
+        lines.append(f"target {key}: {verdict}")
+    m = result["machine"]
+    lines.append(f"machine: {m['cores']} cores, {m['cpu']}, load {m['load']} -> {m['load_after']}; "
+                 f"{config['wall_seconds']:.0f} s of wall time")
+    return "\n".join(lines)
+
+
+HELP = """\
+Run N recorded sessions (examples/sessions, round robin) at once against one engine, for each N of
+--sessions, in three modes:
+  fcfs     no speculation, every request straight to the engine (plain vLLM)
+  spec     Tao's speculation, no pacing
+  cosched  Tao's speculation, requests paced by the co-scheduler (harness.cosched.Pacing)
+The model's answers are the recorded ones, forced through the engine; tools answer with their recorded
+output after their recorded time. Reports mean and p99 session time per N and mode, and the ratios
+the co-scheduler's targets are stated in."""
+
+EXAMPLES = """\
+examples:
+  tao bench cosched --sessions 1,8,32,64,128,192 --engine sim            # simulated A100 (virtual clock)
+  tao bench cosched --sessions 1,4,16 --engine embedded --json > r.json  # the real vLLM CPU engine
+  tao bench cosched-plot sim.json r.json --out docs/cosched.png"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `tao bench cosched`."""
+    parser.add_argument("--sessions", default="1,8,32,64,128,192",
+                        help="comma-separated counts of concurrent sessions (default 1,8,32,64,128,192)")
+    parser.add_argument("--engine", default="sim", choices=("sim", "embedded"),
+                        help="sim (default) or embedded (real vLLM)")
+    parser.add_argument("--profile", help="the engine profile: gpu, cpu, or a `tao bench calibrate --out` JSON; the "
+                                         "simulator runs it, the co-scheduler paces by it (default: gpu for sim, "
+                                         "cpu for embedded)")
+    parser.add_argument("--only", help="comma-separated recorded session names (default: all)")
+    parser.add_argument("--model", type=Path, help="learned pattern model for the speculating modes")
+    parser.add_argument("--groups", type=int, help="runs per level below the workload's size, to cover every "
+                                                   "session (default: 8 for sim, 1 for embedded)")
+    parser.add_argument("--modes", default=",".join(runner.MODES),
+                        help="comma-separated modes to run (default fcfs,spec,cosched)")
+    parser.add_argument("--partial", type=Path, help="write the levels measured so far to this JSON file after "
+                                                     "every mode (for long real-engine runs)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (table on stderr)")
+
+
+def cmd_cosched(args: argparse.Namespace) -> int:
+    """Run the benchmark and print it."""
+    from harness.bench.calibrate import parse_counts
+
+    levels = parse_counts(args.sessions, "--sessions")
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+    if not modes or set(modes) - set(runner.MODES):
+        raise UsageError(f"--modes {args.modes!r}: choose from {', '.join(runner.MODES)}")
+    result = run(levels, args.engine, args.profile, only, args.model, args.groups, partial=args.partial, modes=modes)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        print(table(result), file=sys.stderr)
+    else:
+        print(table(result))
+    return 0
+
+
+def register(bench_subparsers: Any) -> None:
+    """Add `cosched`, `calibrate` and `cosched-plot` to `tao bench`."""
+    from harness.bench import calibrate, cosched_plot  # noqa: F401
+
+    parser = bench_subparsers.add_parser(
+        "cosched", help="many recorded sessions against one engine: fcfs, speculation, speculation + co-scheduler",
+        formatter_class=argparse.RawDescriptionHelpFormatter, description=HELP, epilog=EXAMPLES)
+    add_arguments(parser)
+    parser.set_defaults(func=cmd_cosched)
+    calibrate.register(bench_subparsers)
+    cosched_plot.register(bench_subparsers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m harness.bench.cosched ...` (the same options as `tao bench cosched`)."""
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.cosched")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return cmd_cosched(args)
+    except UsageError as exc:
+        print(f"tao: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

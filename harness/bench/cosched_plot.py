@@ -1,0 +1,75 @@
+"""`tao bench cosched-plot`: the curves of `tao bench cosched --json` results as one PNG.
+
+    tao bench cosched-plot sim.json embedded.json --out docs/cosched.png
+
+One panel per result file (a full `--json` result, or a `--partial` file: levels only, any modes):
+mean (solid) and p99 (dashed) session time against concurrent sessions, one colour per mode.
+Needs matplotlib (`pip install matplotlib`), which Tao itself does not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from harness.errors import UsageError
+
+COLOURS = {"fcfs": "#7f7f7f", "spec": "#1f77b4", "cosched": "#d62728"}
+LABELS = {"fcfs": "fcfs, no speculation", "spec": "speculation, no pacing", "cosched": "speculation + co-scheduler"}
+
+
+def plot(results: list[dict[str, Any]], out: Path) -> None:
+    """Draw every result's curves side by side and save them as a PNG."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise UsageError("plotting needs matplotlib: pip install matplotlib") from None
+    fig, axes = plt.subplots(1, len(results), figsize=(6.2 * len(results), 4.4), squeeze=False)
+    for ax, result in zip(axes[0], results):
+        rows = sorted(result["levels"], key=lambda row: row["sessions"])
+        levels = [row["sessions"] for row in rows]
+        for mode, colour in COLOURS.items():
+            for stat, style in (("mean", "-"), ("p99", "--")):
+                points = [(row["sessions"], row["modes"][mode][stat]) for row in rows if mode in row["modes"]]
+                if points:
+                    ax.plot(*zip(*points), style, color=colour, marker="o", markersize=3,
+                            label=f"{LABELS[mode]} ({stat})")
+        config = result.get("config")  # a `--partial` file has levels only
+        title = f"engine: {config['engine']} ({config['profile']})" if config else result.get("title", "partial run")
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("concurrent sessions")
+        ax.set_ylabel("session time (s)")
+        if max(levels) / max(1, min(levels)) > 16:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(levels, [str(n) for n in levels])
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    results = []
+    for path in args.results:
+        try:
+            results.append(json.loads(Path(path).read_text(encoding="utf-8")))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise UsageError(f"{path}: not a `tao bench cosched --json` result ({exc})") from None
+    plot(results, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def register(bench_subparsers: Any) -> None:
+    """Add `cosched-plot` to `tao bench`."""
+    parser = bench_subparsers.add_parser("cosched-plot", help="plot `tao bench cosched --json` results as a PNG")
+    parser.add_argument("results", nargs="+", type=Path, help="result files of `tao bench cosched --json`")
+    parser.add_argument("--out", type=Path, default=Path("docs/cosched.png"), help="the PNG (default docs/cosched.png)")
+    parser.set_defaults(func=cmd_plot)

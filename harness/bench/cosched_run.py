@@ -1,0 +1,174 @@
+"""Running many recorded sessions at once against one engine through the co-scheduler.
+
+Each session is one of examples/sessions, its task tagged so that no two sessions share a prefix
+beyond the system prompt. The model's answers are the recorded ones, forced through the engine
+(ForcedReplayEngine); the tools are simulated from the session's book (harness.bench.simtools), so
+they take their recorded time and return their recorded output. Three modes:
+
+- `fcfs`: no speculation, every request straight to the engine (plain vLLM);
+- `spec`: Tao's speculation (tool speculation and KV pre-warming), no pacing;
+- `cosched`: Tao's speculation, requests paced by the co-scheduler (harness.cosched.Pacing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness import protocol
+from harness.bench import sessions as recorded
+from harness.bench.simtools import Book, record_book, sim_tools
+from harness.cosched import FCFS, CoScheduler, Pacing, Policy
+from harness.engine.base import Engine, LLMRequest
+from harness.engine.replay import ForcedReplayEngine
+from harness.engine.sim import Profile
+from harness.events import Event, LLMEnd, SpecObsSettle, SpecSummary
+from harness.session import Session, SessionConfig
+from harness.speculation.model import PatternModel
+from harness.speculation.patterns import Analyzer
+from sandbox import Workspace
+from tools import tool_specs
+
+MODES = ("fcfs", "spec", "cosched")
+WAIT_TURNS = 8  # bounded wait: a request waits at most this many typical turns (at the knee) for admission
+# The knee: the batch at which decode reaches this share of the rate with the whole KV cache decoding.
+# Holding sessions back costs the throughput between the knee and the peak: at 0.8 (61 sequences on the
+# GPU profile, against 145 whose contexts fit its KV cache) pacing at 64 sessions was already slower
+# than not pacing, so the knee sits near the KV cache's limit, where flooding starts to cost recomputation.
+KNEE_SHARE = 0.95
+SPEC_SHARE = 0.25  # speculative prefills start only while fewer than this share of the knee are in flight
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The recorded sessions, their books, and the pattern model the speculating modes use."""
+
+    sessions: list[recorded.LiveSession]
+    books: list[Book]
+    model: PatternModel | None
+
+    def mean_steps(self) -> int:
+        """Model turns of a session, on average."""
+        return round(sum(len(s.recording.turns) for s in self.sessions) / len(self.sessions))
+
+    def context_chars(self) -> float:
+        """Characters of a prompt, on average over every step of every session (the system prompt included)."""
+        system = len(protocol.render_system_prompt(tool_specs(sim_tools(self.books[0])), "/repo", False))
+        sizes = []
+        for session, book in zip(self.sessions, self.books):
+            size = system + len(session.recording.task or "")
+            for turn, call in zip(session.recording.turns, [*book.calls, None]):
+                sizes.append(size)
+                size += len(turn.text) + (len(call.output) if call is not None else 0) + 40
+        return sum(sizes) / len(sizes)
+
+    def turn_seconds(self, profile: Profile, batch: int) -> float:
+        """A typical turn's engine time with `batch` sequences decoding: its new tokens, then its answer."""
+        context = int(self.context_chars() / profile.chars_per_token)
+        turns = [t for s in self.sessions for t in s.recording.turns]
+        answer = sum(len(t.text) for t in turns) / len(turns) / profile.chars_per_token
+        new = sum(len(c.output) for b in self.books for c in b.calls) / len(turns) / profile.chars_per_token
+        step = profile.step.seconds(batch, batch * context, 0, 0)
+        return profile.step.prefill_seconds(int(new), context) + answer * step
+
+
+async def load_workload(only: list[str] | None, model: Path | None, cache: Path) -> Workload:
+    """The sessions of examples/sessions and their books (recorded with the real tools on first use)."""
+    from harness.bench.live import bench_environment
+
+    selected = recorded.load_sessions(recorded.SESSIONS_DIR, only)
+    bench_environment()  # the real tools run as `tao bench live` runs them, should a book be recorded
+    books = [await record_book(session, cache) for session in selected]
+    return Workload(selected, books, PatternModel.load(model) if model is not None else None)
+
+
+def pacing_for(profile: Profile, workload: Workload) -> Pacing:
+    """The co-scheduler's policy for an engine of this profile and this workload."""
+    context = int(workload.context_chars() / profile.chars_per_token)
+    knee = profile.knee(context, KNEE_SHARE)
+    return Pacing(knee=knee, kv_tokens=profile.kv_tokens, max_wait=WAIT_TURNS * workload.turn_seconds(profile, knee),
+                  expected_steps=workload.mean_steps(), spec_room=max(1, round(knee * SPEC_SHARE)))
+
+
+def policy_for(mode: str, pacing: Pacing) -> Policy:
+    return pacing if mode == "cosched" else FCFS()
+
+
+async def run_group(engine: Engine, workload: Workload, members: list[int], mode: str, pacing: Pacing,
+                    tag: str, root: Path) -> dict[str, Any]:
+    """Run these sessions (indices into the workload) together in one mode; their times and the scheduler's log.
+
+    `root` is the (empty) workspace every session works in: the same path, so the same system prompt.
+    """
+    cosched = CoScheduler(engine, policy_for(mode, pacing))
+    started = asyncio.get_running_loop().time()
+    runs = await asyncio.gather(*(_one(cosched, workload, index, n, mode, root, tag, started)
+                                  for n, index in enumerate(members)))
+    actions: dict[str, int] = {}
+    for record in cosched.records:
+        key = f"{record.action}_{'spec' if record.speculative else 'auth'}"
+        actions[key] = actions.get(key, 0) + 1
+    waits = _queue_waits(cosched)
+    for run in runs:
+        run["queue_wait"] = round(waits.get(run["id"], 0.0), 4)
+    return {"sessions": runs, "cosched": actions}
+
+
+async def _one(cosched: CoScheduler, workload: Workload, index: int, n: int, mode: str, root: Path, tag: str,
+               started: float) -> dict[str, Any]:
+    """One session of a group, from the group's start to its end."""
+    session, book = workload.sessions[index], workload.books[index]
+    events: list[Event] = []
+    session_id = f"{tag}-{n}"
+    engine = ForcedReplayEngine(cosched.engine_for(session_id), session.recording)
+    analyzer = Analyzer(workload.model or PatternModel()) if mode != "fcfs" else None
+    workspace = Workspace(root, watch="stat")
+    task = f"[{session_id}] {session.recording.task or ''}"
+    config = SessionConfig(max_steps=len(session.recording.turns) + 1, max_seconds=1e7)
+    loop = Session(task, engine, workspace, sim_tools(book), config, [events.append], analyzer=analyzer)
+    try:
+        end = await loop.run()
+    finally:
+        workspace.close()
+    llm = [e for e in events if isinstance(e, LLMEnd)]
+    summary = next((e for e in events if isinstance(e, SpecSummary)), None)
+    settles = [e for e in events if isinstance(e, SpecObsSettle)]
+    return {"id": session_id, "session": session.name, "seconds": round(asyncio.get_running_loop().time() - started, 4),
+            "status": end.status, "steps": end.steps,
+            "engine_seconds": round(sum((e.ttft or 0) + (e.decode_seconds or 0) for e in llm), 4),
+            "prompt_tokens": sum(e.prompt_tokens for e in llm), "cached_tokens": sum(e.cached_tokens for e in llm),
+            "promoted": (summary.promoted + summary.repeats) if summary else 0,
+            "warm_matched": sum(e.matched for e in settles), "warm_settled": len(settles),
+            "tool_seconds": round(book.tool_seconds(), 4)}
+
+
+def _queue_waits(cosched: CoScheduler) -> dict[str, float]:
+    """Seconds each session's authoritative requests waited in the co-scheduler for admission."""
+    arrived: dict[str, float] = {}
+    waits: dict[str, float] = {}
+    for record in cosched.records:
+        if record.speculative:
+            continue
+        if record.action == "arrive":
+            arrived[record.request_id] = record.t
+        elif record.action == "admit" and record.request_id in arrived:
+            waits[record.session_id] = waits.get(record.session_id, 0.0) + record.t - arrived.pop(record.request_id)
+    return waits
+
+
+def groups(level: int, workload: Workload, most: int) -> list[list[int]]:
+    """The runs of one level: groups of `level` sessions, round robin over the workload, enough to cover it once."""
+    count = max(1, min(most, math.ceil(len(workload.sessions) / level)))
+    return [[(g * level + i) % len(workload.sessions) for i in range(level)] for g in range(count)]
+
+
+async def warm_system_prompt(engine: Engine, workload: Workload, root: Path) -> None:
+    """Put the shared system prompt in the engine's prefix cache, so no mode pays its first prefill alone."""
+    system = protocol.render_system_prompt(tool_specs(sim_tools(workload.books[0])), str(root), engine.native_tools)
+    request = LLMRequest("cosched-warmup", [{"role": "system", "content": system},
+                                            {"role": "user", "content": "Say OK."}], max_tokens=1)
+    async for _ in engine.stream(request):
+        pass

@@ -1,0 +1,325 @@
+"""The LLM-Tool co-scheduler: every request of every session passes through it on its way to one engine.
+
+    cosched = CoScheduler(engine, Pacing(knee=8, kv_tokens=46_000, max_wait=120.0))
+    session = Session(task, cosched.engine_for("s1"), workspace, tools, ...)   # Session needs no change
+
+Each session gets an Engine of its own (`engine_for`) whose `stream` waits for admission, sends the
+request to the shared engine with the priority it was given, and reports back when it ends; a reader
+that goes away aborts its request. What to admit is decided by a policy from pure data (a `View` in,
+a `Decision` out), as vLLM's scheduler decides and never runs the model:
+
+- `FCFS`: admit everything at once with its own priority: plain vLLM, the baseline.
+- `Pacing`: keep the engine near its throughput knee; among waiting requests prefer sessions whose
+  prefix is probably still in the KV cache, then those closest to their end; admit any request that has
+  waited `max_wait` whatever the load (nobody starves); admit speculative prefills (priority >=
+  WARM_PRIORITY) last, only when no authoritative request waits and fewer than `spec_room` requests are
+  in flight, and abort running ones when an authoritative request waits.
+
+Residency is estimated from the engine's own reports: each finished request's uncached prompt tokens
+and output tokens count as tokens written into the KV cache; a session's prefix is taken as resident
+while fewer tokens than the cache holds beyond what running requests pin have been written since its
+last request ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import math
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from harness.engine.base import Chunk, Engine, LLMRequest, Usage
+from harness.speculation.observation import WARM_PRIORITY
+
+CHARS_PER_TOKEN = 3.4  # prompt size estimate before the engine reports the real count
+# A request this close to its bounded wait counts as aged. Timers may fire up to the clock's resolution
+# early; without this margin, a wake-up in float rounding distance would be asked for again and again.
+EARLY = 1e-3
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A request as a policy sees it."""
+
+    request_id: str
+    session_id: str
+    priority: int
+    arrived: float
+    prompt_tokens: int  # an estimate from the prompt's length
+
+    @property
+    def speculative(self) -> bool:
+        """A cache-warming prefill on a guessed observation: it may wait, and may be aborted."""
+        return self.priority >= WARM_PRIORITY
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What is known of one session: how far it got and what its last request left in the cache."""
+
+    steps: int = 0  # authoritative requests finished
+    context_tokens: int = 0  # prompt + output tokens of its last finished request
+    written_at_end: int | None = None  # the engine's tokens-written count when that request ended
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything a policy decides from."""
+
+    now: float
+    waiting: tuple[Ticket, ...]  # in arrival order
+    running: tuple[Ticket, ...]
+    sessions: Mapping[str, Progress]
+    written: int  # tokens written into the KV cache by finished requests, since the start
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do now: requests to admit (with the priority to run at), to abort, and to give up."""
+
+    admit: tuple[tuple[str, int], ...] = ()
+    abort: tuple[str, ...] = ()  # running speculative requests
+    drop: tuple[str, ...] = ()  # waiting speculative requests, ended without running
+    wake_in: float | None = None  # decide again after this many seconds even if nothing happens
+
+
+class Policy(Protocol):
+    """Decides admissions from a View; holds no state of its own between decisions."""
+
+    name: str
+
+    def decide(self, view: View) -> Decision: ...
+
+
+class FCFS:
+    """No pacing: every request goes to the engine at once, as plain vLLM receives them."""
+
+    name = "fcfs"
+
+    def decide(self, view: View) -> Decision:
+        return Decision(admit=tuple((t.request_id, t.priority) for t in view.waiting))
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """Admit up to the knee, cached and nearly finished sessions first, the aged at once, speculation last."""
+
+    knee: int
+    """Requests in flight at which the engine's throughput stops growing much (from calibration)."""
+    kv_tokens: int
+    """KV cache capacity of the engine, in tokens."""
+    max_wait: float
+    """Seconds after which a waiting authoritative request is admitted whatever the load."""
+    expected_steps: int = 10
+    """Typical session length in requests, to guess remaining work from progress."""
+    spec_room: int | None = None
+    """Requests in flight below which a speculative prefill may start (None: the knee). A prefill
+    stalls every sequence decoding in its step, so under load a guess costs more than it can win."""
+    name: str = "pacing"
+
+    def decide(self, view: View) -> Decision:
+        sessions_in = {t.session_id for t in view.waiting + view.running if not t.speculative}
+        drop = tuple(t.request_id for t in view.waiting if t.speculative and t.session_id in sessions_in)
+        waiting = [t for t in view.waiting if not t.speculative]
+        aged = [t for t in waiting if t.arrived + self.max_wait <= view.now + EARLY]
+        pinned = sum(t.prompt_tokens for t in view.running)
+        ranked = sorted((t for t in waiting if t not in aged), key=lambda t: self.rank(t, view, pinned))
+        room = max(0, self.knee - len(view.running) - len(aged))
+        admitted, held = aged + ranked[:room], ranked[room:]
+        decision = [(t.request_id, t.priority) for t in admitted]
+        abort: tuple[str, ...] = ()
+        if held:  # authoritative requests wait: speculation gives way
+            abort = tuple(t.request_id for t in view.running if t.speculative)
+        else:
+            free = (self.knee if self.spec_room is None else self.spec_room) - len(view.running) - len(admitted)
+            spare = [t for t in view.waiting if t.speculative and t.request_id not in drop]
+            decision += [(t.request_id, t.priority) for t in spare[:max(0, free)]]
+        wake = min((t.arrived + self.max_wait - view.now for t in held), default=None)
+        return Decision(tuple(decision), abort, drop, wake)
+
+    def rank(self, ticket: Ticket, view: View, pinned: int) -> tuple[bool, int, float]:
+        """Sort key: prefix probably cached first, then least remaining work, then arrival."""
+        progress = view.sessions.get(ticket.session_id, Progress())
+        return (not self.resident(progress, view.written, pinned),
+                max(1, self.expected_steps - progress.steps), ticket.arrived)
+
+    def resident(self, progress: Progress, written: int, pinned: int) -> bool:
+        """Whether the session's last context is probably still in the prefix cache."""
+        if progress.written_at_end is None:
+            return False
+        return written - progress.written_at_end <= self.kv_tokens - pinned - progress.context_tokens
+
+
+class Step(enum.IntEnum):
+    """A request's lifecycle in the co-scheduler, in order; `>= DONE` means it is over."""
+
+    WAITING = 0
+    RUNNING = 1
+    DONE = 2
+    DROPPED = 3
+
+
+@dataclass(frozen=True)
+class Record:
+    """One thing the co-scheduler did, for tests and benchmarks."""
+
+    t: float
+    action: str  # arrive, admit, abort, drop, end
+    request_id: str
+    session_id: str
+    speculative: bool
+    waiting_authoritative: int  # authoritative requests waiting right after the action
+
+
+@dataclass(eq=False)
+class _Entry:
+    ticket: Ticket
+    request: LLMRequest
+    step: Step = Step.WAITING
+    aborting: bool = False
+    admitted: asyncio.Future[int | None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+
+class CoScheduler:
+    """Routes every session's requests to one shared engine, admitting them as its policy decides."""
+
+    def __init__(self, engine: Engine, policy: Policy) -> None:
+        self.engine, self.policy = engine, policy
+        self.records: list[Record] = []
+        self.sessions: dict[str, Progress] = {}
+        self.written = 0
+        self._entries: dict[str, _Entry] = {}  # waiting and running, in arrival order
+        self._timer: asyncio.TimerHandle | None = None
+        self._aborts: set[asyncio.Task[None]] = set()
+
+    def engine_for(self, session_id: str) -> SessionEngine:
+        """The Engine one session talks to."""
+        return SessionEngine(self, session_id)
+
+    def now(self) -> float:
+        return asyncio.get_running_loop().time()
+
+    async def stream(self, session_id: str, request: LLMRequest) -> AsyncIterator[Chunk]:
+        """Wait for admission, then stream from the shared engine; report the end either way."""
+        entry = self._arrive(session_id, request)
+        usage: Usage | None = None
+        finished = False
+        try:
+            priority = await entry.admitted
+            if priority is None:
+                yield Chunk(usage=Usage(prompt_tokens=entry.ticket.prompt_tokens), finish_reason="abort")
+                return
+            async with contextlib.aclosing(self.engine.stream(replace(request, priority=priority))) as chunks:
+                async for chunk in chunks:
+                    usage = chunk.usage or usage
+                    finished = finished or chunk.finish_reason is not None
+                    yield chunk
+        finally:
+            if entry.step is Step.RUNNING and not finished:
+                with contextlib.suppress(Exception):
+                    await self.engine.abort(request.request_id)
+            self._end(entry, usage)
+
+    async def abort(self, request_id: str) -> None:
+        """A session gives a request up: a waiting one is dropped, a running one aborted in the engine."""
+        entry = self._entries.get(request_id)
+        if entry is None:
+            return
+        if entry.step is Step.WAITING:
+            self._drop(entry, "drop")
+            self._decide()
+        else:
+            await self.engine.abort(request_id)
+
+    # -- bookkeeping ---------------------------------------------------------------------------------
+
+    def _arrive(self, session_id: str, request: LLMRequest) -> _Entry:
+        chars = sum(len(str(m.get("content") or "")) for m in request.messages)
+        ticket = Ticket(request.request_id, session_id, request.priority, self.now(),
+                        math.ceil(chars / CHARS_PER_TOKEN))
+        entry = _Entry(ticket, request)
+        self._entries[request.request_id] = entry
+        self._record("arrive", ticket)
+        self._decide()
+        return entry
+
+    def _end(self, entry: _Entry, usage: Usage | None) -> None:
+        if entry.step >= Step.DONE:
+            return
+        if entry.step is Step.WAITING:  # the reader went away before admission
+            self._drop(entry, "drop")
+            self._decide()
+            return
+        entry.step = Step.DONE
+        self._entries.pop(entry.ticket.request_id, None)
+        if usage is not None:
+            self.written += usage.prompt_tokens - usage.cached_tokens + usage.output_tokens
+            if not entry.ticket.speculative:
+                before = self.sessions.get(entry.ticket.session_id, Progress())
+                self.sessions[entry.ticket.session_id] = Progress(
+                    before.steps + 1, usage.prompt_tokens + usage.output_tokens, self.written)
+        self._record("end", entry.ticket)
+        self._decide()
+
+    def _drop(self, entry: _Entry, action: str) -> None:
+        entry.step = Step.DROPPED
+        self._entries.pop(entry.ticket.request_id, None)
+        if not entry.admitted.done():
+            entry.admitted.set_result(None)
+        self._record(action, entry.ticket)
+
+    def _decide(self) -> None:
+        """Ask the policy and carry its decision out."""
+        entries = list(self._entries.values())
+        view = View(self.now(), tuple(e.ticket for e in entries if e.step is Step.WAITING),
+                    tuple(e.ticket for e in entries if e.step is Step.RUNNING), dict(self.sessions), self.written)
+        decision = self.policy.decide(view)
+        for request_id in decision.drop:
+            if (entry := self._entries.get(request_id)) is not None and entry.step is Step.WAITING:
+                self._drop(entry, "drop")
+        for request_id, priority in decision.admit:
+            entry = self._entries.get(request_id)
+            if entry is not None and entry.step is Step.WAITING:
+                entry.step = Step.RUNNING
+                entry.admitted.set_result(priority)
+                self._record("admit", entry.ticket)
+        for request_id in decision.abort:
+            entry = self._entries.get(request_id)
+            if entry is not None and entry.step is Step.RUNNING and entry.ticket.speculative and not entry.aborting:
+                entry.aborting = True
+                self._record("abort", entry.ticket)
+                task = asyncio.get_running_loop().create_task(self.engine.abort(request_id))
+                self._aborts.add(task)
+                task.add_done_callback(self._aborts.discard)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if decision.wake_in is not None:
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, decision.wake_in), self._decide)
+
+    def _record(self, action: str, ticket: Ticket) -> None:
+        waiting = sum(1 for e in self._entries.values() if e.step is Step.WAITING and not e.ticket.speculative)
+        self.records.append(Record(self.now(), action, ticket.request_id, ticket.session_id, ticket.speculative,
+                                   waiting))
+
+
+class SessionEngine:
+    """One session's Engine: the shared engine seen through the co-scheduler."""
+
+    def __init__(self, cosched: CoScheduler, session_id: str) -> None:
+        self.cosched, self.session_id = cosched, session_id
+        self.name = f"cosched:{cosched.engine.name}"
+        self.native_tools = cosched.engine.native_tools
+        self.prefix_cache = cosched.engine.prefix_cache
+
+    def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+        return self.cosched.stream(self.session_id, request)
+
+    async def abort(self, request_id: str) -> None:
+        await self.cosched.abort(request_id)
+
+    async def close(self) -> None:
+        """The shared engine outlives its sessions: closing one session's view of it does nothing."""

@@ -1,0 +1,500 @@
+"""A simulated vLLM engine for scale studies: continuous batching, prefix caching, priorities, preemption.
+
+    engine = SimEngine(PROFILES["gpu"])         # or Profile.load("calibration.json")
+    async for chunk in engine.stream(request):   # the Engine protocol; time passes in asyncio.sleep
+        ...
+
+It schedules the way vLLM's v1 scheduler does (vllm/v1/core/sched/scheduler.py): every step, running
+requests first (a decode token each, or the next chunk of their prefill, within a token budget; when
+the KV cache has no room, the running request with the largest (priority, arrival) is preempted and
+recomputed later), then waiting requests in (priority, arrival) order while sequences, budget and KV
+blocks allow, stopping at the first that does not fit. Prompts are cut into blocks whose hashes chain
+over the text, so a prompt that repeats an earlier prompt plus its answer finds those blocks in the
+cache while they have not been evicted; freed blocks stay cached and are evicted least recently used
+first. One step lasts `StepModel.seconds(...)`, calibrated per machine (see PROFILES and
+harness/bench/calibrate.py); sleeping that long per step makes the engine run in real time on a normal
+event loop and in virtual time on harness.bench.vclock's loop.
+
+Text is counted in characters: a prompt of n characters is n / chars_per_token tokens. A request with
+`force` streams that text; any other produces `max_tokens` tokens of filler (a cache-warming request
+asks for one).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import json
+import math
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.engine.base import Chunk, LLMRequest, Usage
+from harness.errors import ContextTooLong
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Seconds one engine step takes, from what it computes."""
+
+    base: float
+    """Fixed cost of a step (weights read once, scheduler and sampling overhead)."""
+    per_seq: float
+    """Per decoding sequence (its token through the linear layers)."""
+    per_token: float
+    """Per prefill token (through the linear layers)."""
+    per_decode_pair: float
+    """Per (decoded token, context token) pair: reading the KV cache in attention."""
+    per_prefill_pair: float
+    """Per (prefill token, earlier token) pair: attention inside a prefill."""
+
+    def seconds(self, decode_seqs: int, decode_context: int, prefill_tokens: int, prefill_pairs: int) -> float:
+        """One step's duration."""
+        return (self.base + self.per_seq * decode_seqs + self.per_token * prefill_tokens
+                + self.per_decode_pair * decode_context + self.per_prefill_pair * prefill_pairs)
+
+    def decode_rate(self, batch: int, context: int) -> float:
+        """Output tokens a second with `batch` sequences decoding, each with `context` tokens of context."""
+        return batch / self.seconds(batch, batch * context, 0, 0)
+
+    def prefill_seconds(self, tokens: int, cached: int = 0) -> float:
+        """Seconds to prefill `tokens` new tokens after `cached` ones, alone, in one step."""
+        return self.seconds(0, 0, tokens, tokens * cached + tokens * tokens // 2)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A simulated engine: its step model, KV cache and scheduler limits, and where they come from."""
+
+    name: str
+    step: StepModel
+    kv_tokens: int
+    """KV cache capacity in tokens (all sequences together)."""
+    block_size: int = 16
+    max_seqs: int = 256
+    """vLLM's max_num_seqs."""
+    max_batched_tokens: int = 8192
+    """vLLM's max_num_batched_tokens: tokens computed in one step."""
+    max_model_len: int = 32768
+    chars_per_token: float = 3.36
+    source: str = ""
+
+    def knee(self, context: int, share: float = 0.8) -> int:
+        """Sequences in flight at which decode reaches `share` of its peak rate, or the KV cache is full.
+
+        The peak is the rate with every sequence of the KV cache decoding; past the knee, another
+        sequence adds little throughput but slows every other one.
+        """
+        most = max(1, min(self.max_seqs, self.kv_tokens // max(1, context)))
+        peak = self.step.decode_rate(most, context)
+        for batch in range(1, most + 1):
+            if self.step.decode_rate(batch, context) >= share * peak:
+                return batch
+        return most
+
+    @classmethod
+    def load(cls, path: str | Path) -> Profile:
+        """A profile written by `tao bench calibrate` (JSON)."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        return cls.load_dict(data.get("profile", data))
+
+    @classmethod
+    def load_dict(cls, data: dict[str, Any]) -> Profile:
+        """A profile from its `to_dict` form."""
+        return cls(**{**data, "step": StepModel(**data["step"])})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# This machine's vLLM CPU engine with the embedded model (SmolLM2-135M, float32, eager, 2 GiB KV cache;
+# vLLM's CPU defaults: 128-token blocks, 128 sequences, 2,048 tokens a step), fitted on 2026-12-01 by
+#   flock /tmp/tao-bench.lock tao bench calibrate --out calibration.json        (defaults; 125 s)
+# 12 decode points (batch 1 to 32 at 58 and 1,035 tokens of context; 0.065 to 0.354 s a step) and 4
+# prefills (55, 57, 1,038 tokens cold, 46 after 1,024 cached; 0.27 to 4.8 s), fitted within 20% each
+# (docs/BENCHMARKS.md, "Co-scheduling", has every point). The 2-core machine was shared while it ran.
+CPU = Profile(
+    name="cpu-smollm2-135m",
+    step=StepModel(base=0.07179, per_seq=0.005846, per_token=0.003442, per_decode_pair=3.463e-06,
+                   per_prefill_pair=2.899e-06),
+    kv_tokens=46_592, block_size=128, max_seqs=128, max_batched_tokens=2048, max_model_len=8192,
+    source="fitted to this machine's vLLM CPU engine (tao bench calibrate, 2026-12-01)")
+
+# A GPU-class engine: Llama-3.1-8B in bf16 on one A100-80GB (SXM) under vLLM, derived from the hardware's
+# datasheet figures and the model's shape with conservative efficiencies:
+#   weights 16.1 GB read once a step at 75% of 2.04 TB/s            -> base 10.5 ms
+#   2 x 8.03e9 FLOPs a token at 50% of 312 TFLOPS (bf16 dense)        -> 0.103 ms a token or sequence
+#   KV 128 KiB a token (32 layers x 8 KV heads x 128 x 2 x 2 B) read at 75% of 2.04 TB/s -> 86 ns a pair
+#   attention in a prefill, 4 x 4096 x 32 FLOPs a pair at 50%          -> 3.4 ns a pair
+#   KV cache: 90% of 80 GB less 16 GB weights and ~4 GB activations = ~52 GB -> ~397k tokens
+# Checked against a published vLLM sweep of the same model on the A100's smaller sibling (J. Musgrave,
+# "vLLM throughput-latency sweep on NVIDIA A100", https://johnmusgrave.com/p/vllm-throughput-latency-sweep-on:
+# A100-40GB, 1.56 TB/s, vLLM 0.23.0, Llama-3.1-8B-Instruct bf16, 1,024 tokens in, 128 out): one request
+# decodes at ~75 tokens/s (77% of the bandwidth ceiling) and 8 concurrent ones at 6.6x that. This model at
+# that card's bandwidth gives 71 tokens/s, and 7.2x at 8 requests with 1,088 tokens of context.
+GPU = Profile(
+    name="gpu-a100-llama8b",
+    step=StepModel(base=0.0105, per_seq=0.000103, per_token=0.000103, per_decode_pair=86e-9, per_prefill_pair=3.4e-9),
+    kv_tokens=397_000, block_size=16, max_seqs=256, max_batched_tokens=8192, max_model_len=131072,
+    chars_per_token=3.36,
+    source="A100-80GB datasheet and Llama-3.1-8B's shape, checked against a published vLLM A100 sweep")
+
+PROFILES = {"cpu": CPU, "gpu": GPU}
+
+
+class Phase(enum.IntEnum):
+    """A simulated request's lifecycle, in order; `>= FINISHED` means it is over."""
+
+    WAITING = 0
+    RUNNING = 1
+    FINISHED = 2
+    ABORTED = 3
+
+
+def render(messages: list[dict[str, Any]]) -> str:
+    """The prompt text: each message as role and content, then the answer's opening."""
+    parts = []
+    for message in messages:
+        content = message.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        parts.append(f"<|{message.get('role', 'user')}|>\n{content}<|end|>\n")
+    return "".join(parts) + "<|assistant|>\n"
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """One request inside the simulated engine."""
+
+    request: LLMRequest
+    text: str  # the prompt
+    blocks: list[int]  # the chained hashes of the prompt's full blocks
+    pieces: list[str]  # the answer, token by token
+    prompt_tokens: int
+    arrival: float
+    order: int
+    phase: Phase = Phase.WAITING
+    goal: int = 0  # tokens to compute before decoding (the prompt, plus earlier output after a preemption)
+    computed: int = 0
+    emitted: int = 0
+    cached: int | None = None  # prompt tokens found in the cache at the first admission
+    hashed: list[int] = field(default_factory=list)  # cached blocks it holds, in order
+    private: int = 0  # blocks it holds that are not (yet) in the cache
+    first: float | None = None
+    last: float | None = None
+    preemptions: int = 0
+    queue: asyncio.Queue[Chunk] = field(default_factory=asyncio.Queue)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return self.request.priority, self.order
+
+
+@dataclass
+class SimStats:
+    """Engine-wide counts since the engine started."""
+
+    steps: int = 0
+    busy_seconds: float = 0.0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prefill_tokens: int = 0  # tokens prefilled, recomputation after preemption included
+    output_tokens: int = 0
+    preemptions: int = 0
+    evicted_blocks: int = 0
+    aborted: int = 0
+
+
+class SimEngine:
+    """An Engine that simulates vLLM's scheduler and KV cache with a calibrated step time."""
+
+    native_tools = False
+    prefix_cache = True
+
+    def __init__(self, profile: Profile = GPU) -> None:
+        self.profile = profile
+        self.name = f"sim:{profile.name}"
+        self.max_model_len = profile.max_model_len
+        self.stats = SimStats()
+        self.waiting: list[SimRequest] = []
+        self.running: list[SimRequest] = []
+        self._requests: dict[str, SimRequest] = {}
+        self._refs: dict[int, int] = {}  # cached blocks in use -> how many requests hold them
+        self._free_cached: OrderedDict[int, None] = OrderedDict()  # cached blocks in no use, least recent first
+        self._private = 0
+        self._blocks = profile.kv_tokens // profile.block_size
+        self._order = itertools.count()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._chars = max(1, round(profile.block_size * profile.chars_per_token))  # characters a block
+
+    # -- the Engine protocol -------------------------------------------------------------------------
+
+    async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+        """Queue the request and stream its tokens as the simulated steps produce them."""
+        req = self._admit_request(request)
+        try:
+            while True:
+                chunk = await req.queue.get()
+                yield chunk
+                if chunk.finish_reason is not None:
+                    return
+        finally:
+            if req.phase < Phase.FINISHED:  # the reader went away: abort, as vLLM does
+                self._abort(req)
+
+    async def abort(self, request_id: str) -> None:
+        """Stop a request; its stream ends with finish_reason `abort`."""
+        req = self._requests.get(request_id)
+        if req is not None and req.phase < Phase.FINISHED:
+            self._abort(req)
+
+    async def close(self) -> None:
+        for req in list(self._requests.values()):
+            self._abort(req)
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+
+    def kv_usage(self) -> float:
+        """Share of the KV cache held by running requests."""
+        return (len(self._refs) + self._private) / self._blocks
+
+    # -- requests ------------------------------------------------------------------------------------
+
+    def _admit_request(self, request: LLMRequest) -> SimRequest:
+        text = render(request.messages)
+        tokens = self._tokens(text)
+        if tokens >= self.max_model_len:
+            raise ContextTooLong(f"the prompt has {tokens} tokens; the simulated context holds {self.max_model_len}")
+        if request.force is not None:
+            pieces = self._pieces(request.force)
+        else:
+            pieces = ["x"] * max(1, request.max_tokens)
+        loop = asyncio.get_running_loop()
+        req = SimRequest(request, text, self._hashes(text), pieces, tokens, loop.time(), next(self._order),
+                         goal=tokens)
+        self._requests[request.request_id] = req
+        self.waiting.append(req)
+        self.stats.prompt_tokens += tokens
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.create_task(self._run())
+        return req
+
+    def _tokens(self, text: str) -> int:
+        return max(1, math.ceil(len(text) / self.profile.chars_per_token))
+
+    def _pieces(self, text: str) -> list[str]:
+        """The answer cut into token-sized pieces (as many as the text counts tokens)."""
+        count = self._tokens(text) if text else 1
+        bounds = [round(i * len(text) / count) for i in range(count + 1)]
+        return [text[bounds[i]:bounds[i + 1]] for i in range(count)]
+
+    def _hashes(self, text: str, start: int = 0) -> list[int]:
+        """Chained hashes of the full blocks of `text`, from block `start` on (the prefix's chain included)."""
+        out, previous = [], 0
+        for index in range(len(text) // self._chars):
+            previous = hash((previous, text[index * self._chars:(index + 1) * self._chars]))
+            if index >= start:
+                out.append(previous)
+        return out
+
+    # -- the step loop -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        """Step while there is work; each step sleeps its simulated duration."""
+        while self.running or self.waiting:
+            plan = self._schedule()
+            if not plan:
+                if not self.running:
+                    self._fail_unschedulable()
+                continue
+            seconds = self._seconds(plan)
+            self.stats.steps += 1
+            self.stats.busy_seconds += seconds
+            await asyncio.sleep(seconds)
+            self._advance(plan)
+
+    def _schedule(self) -> list[tuple[SimRequest, int]]:
+        """This step's requests and how many tokens each computes (vLLM v1's order; see the docstring)."""
+        budget = self.profile.max_batched_tokens
+        plan: list[tuple[SimRequest, int]] = []
+        preempted = False
+        for req in list(self.running):
+            if budget <= 0:
+                break
+            if req.phase is not Phase.RUNNING:
+                continue  # preempted earlier in this loop
+            tokens = 1 if req.computed >= req.goal else min(req.goal - req.computed, budget)
+            while not self._allocate(blocks := self._blocks_for(req, tokens)):
+                victim = max(self.running, key=lambda r: r.key)
+                self._preempt(victim)
+                preempted = True
+                budget += sum(n for r, n in plan if r is victim)
+                plan = [(r, n) for r, n in plan if r is not victim]
+                if victim is req:
+                    break
+            else:
+                req.private += blocks
+                plan.append((req, tokens))
+                budget -= tokens
+        if preempted:
+            return plan
+        for req in sorted(self.waiting, key=lambda r: r.key):
+            if budget <= 0 or len(self.running) >= self.profile.max_seqs:
+                break
+            hits = self._lookup(req)
+            cached_tokens = min(len(hits) * self.profile.block_size, req.goal - 1)
+            tokens = min(req.goal - cached_tokens, budget)
+            if not self._take(req, hits, cached_tokens, tokens):
+                break
+            plan.append((req, tokens))
+            budget -= tokens
+        return plan
+
+    def _seconds(self, plan: list[tuple[SimRequest, int]]) -> float:
+        decode = [(req, n) for req, n in plan if req.computed >= req.goal]
+        prefill = [(req, n) for req, n in plan if req.computed < req.goal]
+        return self.profile.step.seconds(
+            len(decode), sum(req.computed for req, _ in decode), sum(n for _, n in prefill),
+            sum(n * req.computed + n * n // 2 for req, n in prefill))
+
+    def _advance(self, plan: list[tuple[SimRequest, int]]) -> None:
+        """Apply a finished step: computed tokens, newly cached prompt blocks, one token for each decode."""
+        now = asyncio.get_running_loop().time()
+        for req, tokens in plan:
+            if req.phase is not Phase.RUNNING:
+                continue  # aborted or preempted while the step ran
+            if req.computed < req.goal:
+                self.stats.prefill_tokens += tokens
+            req.computed += tokens
+            self._cache_prompt_blocks(req)
+            if req.computed >= req.goal:
+                self._emit(req, now)
+
+    def _emit(self, req: SimRequest, now: float) -> None:
+        piece = req.pieces[req.emitted]
+        req.emitted += 1
+        req.first = req.first if req.first is not None else now
+        req.last = now
+        self.stats.output_tokens += 1
+        if req.emitted < len(req.pieces):
+            req.queue.put_nowait(Chunk(text=piece))
+            return
+        reason = "stop" if req.request.force is not None else "length"
+        self._release(req, Phase.FINISHED)
+        req.queue.put_nowait(Chunk(text=piece))
+        req.queue.put_nowait(Chunk(usage=self._usage(req), finish_reason=reason))
+
+    def _usage(self, req: SimRequest) -> Usage:
+        ttft = req.first - req.arrival if req.first is not None else None
+        decode = req.last - req.first if req.first is not None and req.last is not None else None
+        return Usage(prompt_tokens=req.prompt_tokens, cached_tokens=req.cached or 0, output_tokens=req.emitted,
+                     ttft=ttft, decode_seconds=decode)
+
+    def _fail_unschedulable(self) -> None:
+        """Nothing could run: a waiting prompt larger than the whole KV cache. Fail it, as vLLM refuses it."""
+        req = min(self.waiting, key=lambda r: r.key)
+        self._release(req, Phase.ABORTED)
+        req.queue.put_nowait(Chunk(usage=self._usage(req), finish_reason="abort"))
+
+    # -- the KV cache --------------------------------------------------------------------------------
+
+    def _blocks_for(self, req: SimRequest, tokens: int) -> int:
+        """New blocks a running request needs to compute `tokens` more."""
+        held = len(req.hashed) + req.private
+        return max(0, math.ceil((req.computed + tokens) / self.profile.block_size) - held)
+
+    def _allocate(self, blocks: int) -> bool:
+        """Take `blocks` private blocks, evicting least recently used cached ones; False if there is no room."""
+        free = self._blocks - len(self._refs) - len(self._free_cached) - self._private
+        if free + len(self._free_cached) < blocks:
+            return False
+        for _ in range(max(0, blocks - free)):
+            self._free_cached.popitem(last=False)
+            self.stats.evicted_blocks += 1
+        self._private += blocks
+        return True
+
+    def _lookup(self, req: SimRequest) -> list[int]:
+        """The leading prompt blocks already in the cache."""
+        hits = []
+        for block in req.blocks[: (req.goal - 1) // self.profile.block_size]:
+            if block not in self._refs and block not in self._free_cached:
+                break
+            hits.append(block)
+        return hits
+
+    def _take(self, req: SimRequest, hits: list[int], cached_tokens: int, tokens: int) -> bool:
+        """Move a waiting request to running, holding its cached prefix; False if its blocks do not fit."""
+        for block in hits:  # hold them first, so that making room cannot evict them
+            self._hold(block)
+        needed = math.ceil((cached_tokens + tokens) / self.profile.block_size) - len(hits)
+        if not self._allocate(needed):
+            for block in reversed(hits):
+                self._unhold(block)
+            return False
+        req.hashed, req.computed, req.phase = list(hits), cached_tokens, Phase.RUNNING
+        req.private = needed
+        if req.cached is None:
+            req.cached = cached_tokens
+            self.stats.cached_tokens += cached_tokens
+        self.waiting.remove(req)
+        self.running.append(req)
+        return True
+
+    def _hold(self, block: int) -> None:
+        self._free_cached.pop(block, None)
+        self._refs[block] = self._refs.get(block, 0) + 1
+
+    def _unhold(self, block: int) -> None:
+        self._refs[block] -= 1
+        if self._refs[block] == 0:
+            del self._refs[block]
+            self._free_cached[block] = None
+
+    def _cache_prompt_blocks(self, req: SimRequest) -> None:
+        """Prompt blocks the request has now computed become cached (shareable) blocks."""
+        full = min(req.computed, req.prompt_tokens) // self.profile.block_size
+        if full <= len(req.hashed):
+            return
+        self._share(req, req.blocks[len(req.hashed):full])
+
+    def _share(self, req: SimRequest, blocks: list[int]) -> None:
+        """Turn the request's next private blocks into these cached blocks (a duplicate frees its copy)."""
+        for block in blocks[:req.private]:
+            self._hold(block)
+            req.hashed.append(block)
+            req.private -= 1
+            self._private -= 1
+
+    def _release(self, req: SimRequest, phase: Phase) -> None:
+        """Give back a request's blocks: its computed full blocks (answer included) stay cached."""
+        if req.phase is Phase.RUNNING:
+            answer = "".join(req.pieces[:req.emitted])
+            computed_chars = int(min(req.computed, req.prompt_tokens + req.emitted) * self.profile.chars_per_token)
+            self._share(req, self._hashes((req.text + answer)[:computed_chars], len(req.hashed)))
+            for block in reversed(req.hashed):  # the tail is evicted first, as vLLM frees blocks
+                self._unhold(block)
+            self._private -= req.private
+            self.running.remove(req)
+        elif req.phase is Phase.WAITING:
+            self.waiting.remove(req)
+        req.hashed, req.private, req.phase = [], 0, phase
+        self._requests.pop(req.request.request_id, None)
+
+    def _preempt(self, req: SimRequest) -> None:
+        """Free a running request's blocks and queue it again; it recomputes prompt and answer so far."""
+        self._release(req, Phase.WAITING)
+        self._requests[req.request.request_id] = req
+        req.goal, req.computed = req.prompt_tokens + req.emitted, 0
+        req.preemptions += 1
+        self.stats.preemptions += 1
+        self.waiting.append(req)
+
+    def _abort(self, req: SimRequest) -> None:
+        self._release(req, Phase.ABORTED)
+        self.stats.aborted += 1
+        req.queue.put_nowait(Chunk(usage=self._usage(req), finish_reason="abort"))

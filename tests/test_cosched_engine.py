@@ -1,0 +1,82 @@
+"""The co-scheduler in front of the real vLLM engine: a speculative prefill never delays an authoritative request.
+
+Four sessions share the engine through a Pacing co-scheduler with room for two requests. Two sessions
+send cache-warming prefills (speculative) while the engine is idle; then two sessions send real
+requests. The records must show the speculation admitted only while no real request waited, aborted
+as soon as real requests had to wait, and a late speculation admitted only after every real request.
+Only orderings and admission facts are asserted, never a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from harness.cosched import CoScheduler, Pacing, Record
+from harness.engine.base import Chunk, LLMRequest
+from harness.speculation.observation import WARM_PRIORITY
+
+pytestmark = pytest.mark.engine
+
+NOTES = "".join(f"Note {i}: the function handler_{i} doubles its input and logs it.\n" for i in range(60))
+
+
+def warm_request(rid: str) -> LLMRequest:
+    """A prefill of a long guessed observation, one output token: what session warm-ups send."""
+    messages = [{"role": "system", "content": f"Session {uuid.uuid4().hex}.\n{NOTES}"},
+                {"role": "user", "content": "Read the notes."}]
+    return LLMRequest(rid, messages, max_tokens=1, priority=WARM_PRIORITY)
+
+
+def real_request(rid: str) -> LLMRequest:
+    return LLMRequest(rid, [{"role": "user", "content": f"Say hello ({rid})."}], max_tokens=4)
+
+
+async def drain(cosched: CoScheduler, session: str, req: LLMRequest, after: asyncio.Event | None = None) -> Chunk:
+    if after is not None:
+        await after.wait()
+    last = Chunk()
+    async for chunk in cosched.engine_for(session).stream(req):
+        last = chunk
+    return last
+
+
+async def test_speculative_prefills_never_delay_authoritative_requests(vllm_engine) -> None:
+    cosched = CoScheduler(vllm_engine, Pacing(knee=2, kv_tokens=40_000, max_wait=1e6))
+    tag = uuid.uuid4().hex[:6]
+    warm_ids, real_ids, late_id = [f"w{i}-{tag}" for i in (1, 2)], [f"a{i}-{tag}" for i in (3, 4)], f"w5-{tag}"
+    warmed, reals_in = asyncio.Event(), asyncio.Event()
+
+    async def sequence() -> list[Chunk]:
+        tasks = [asyncio.create_task(drain(cosched, f"s{1 + i}", warm_request(rid))) for i, rid in enumerate(warm_ids)]
+        while sum(r.action == "admit" for r in cosched.records) < 2:  # both speculations admitted
+            await asyncio.sleep(0.01)
+        warmed.set()
+        reals = [asyncio.create_task(drain(cosched, f"s{3 + i}", real_request(rid), warmed))
+                 for i, rid in enumerate(real_ids)]
+        while sum(r.action == "arrive" and not r.speculative for r in cosched.records) < 2:
+            await asyncio.sleep(0.01)
+        reals_in.set()
+        late = asyncio.create_task(drain(cosched, "s5", warm_request(late_id), reals_in))
+        return await asyncio.gather(*tasks, *reals, late)
+
+    ends = dict(zip([*warm_ids, *real_ids, late_id], await asyncio.wait_for(sequence(), 300)))
+    records: list[Record] = cosched.records
+
+    def first(action: str, rid: str) -> int:
+        return next(i for i, r in enumerate(records) if r.action == action and r.request_id == rid)
+
+    for record in records:  # speculation is admitted only while no real request waits
+        if record.action == "admit" and record.speculative:
+            assert record.waiting_authoritative == 0, records
+    for rid in warm_ids:  # the running speculations gave way the moment real requests had to wait
+        assert [r.action for r in records if r.request_id == rid] == ["arrive", "admit", "abort", "end"]
+        assert ends[rid].finish_reason == "abort"
+        assert first("arrive", real_ids[0]) < first("abort", rid) < min(first("admit", a) for a in real_ids)
+    for rid in real_ids:  # real requests ran to the end, admitted before the late speculation
+        assert ends[rid].finish_reason in ("stop", "length") and ends[rid].usage.output_tokens >= 1
+        assert first("admit", rid) < first("admit", late_id)
+    assert ends[late_id].finish_reason in ("stop", "length")  # it ran once nobody waited
+    assert vllm_engine._llm.get_num_unfinished_requests() == 0

@@ -1,0 +1,142 @@
+"""The co-scheduler's policies on hand-made situations: pure data in, decisions out."""
+
+from __future__ import annotations
+
+from harness.cosched import EARLY, FCFS, Decision, Pacing, Progress, Ticket, View
+from harness.speculation.observation import WARM_PRIORITY
+
+PACING = Pacing(knee=2, kv_tokens=10_000, max_wait=30.0, expected_steps=10)
+
+
+def ticket(request_id: str, session: str, arrived: float = 0.0, priority: int = 0, tokens: int = 500) -> Ticket:
+    return Ticket(request_id, session, priority, arrived, tokens)
+
+
+def warm(request_id: str, session: str, arrived: float = 0.0) -> Ticket:
+    return ticket(request_id, session, arrived, WARM_PRIORITY)
+
+
+def view(waiting: list[Ticket], running: list[Ticket] = (), sessions: dict[str, Progress] | None = None,
+         now: float = 10.0, written: int = 0) -> View:
+    return View(now, tuple(waiting), tuple(running), sessions or {}, written)
+
+
+def admitted(decision: Decision) -> list[str]:
+    return [request_id for request_id, _ in decision.admit]
+
+
+def test_fcfs_admits_everything_at_once_with_its_own_priority() -> None:
+    decision = FCFS().decide(view([ticket("a", "s1"), warm("w", "s2"), ticket("b", "s3")],
+                                  running=[ticket(f"r{i}", f"x{i}") for i in range(50)]))
+    assert decision.admit == (("a", 0), ("w", WARM_PRIORITY), ("b", 0))
+    assert decision.abort == () and decision.drop == () and decision.wake_in is None
+
+
+def test_pacing_admits_up_to_the_knee_in_arrival_order_when_nothing_else_differs() -> None:
+    decision = PACING.decide(view([ticket("a", "s1", 1.0), ticket("b", "s2", 2.0), ticket("c", "s3", 3.0)]))
+    assert admitted(decision) == ["a", "b"]
+    assert decision.wake_in == 3.0 + 30.0 - 10.0  # when "c" will have waited max_wait
+
+
+def test_running_requests_count_against_the_knee() -> None:
+    decision = PACING.decide(view([ticket("a", "s1")], running=[ticket("r1", "s2"), ticket("r2", "s3")]))
+    assert admitted(decision) == []
+
+
+def test_a_session_whose_prefix_is_still_cached_goes_first() -> None:
+    sessions = {"old": Progress(steps=5, context_tokens=2_000, written_at_end=0),
+                "fresh": Progress(steps=5, context_tokens=2_000, written_at_end=9_000)}
+    # 12,000 tokens were written since "old" ended (more than the cache holds): its prefix is gone.
+    decision = PACING.decide(view([ticket("o", "old", 1.0), ticket("f", "fresh", 2.0)],
+                                  running=[ticket("r", "x")], sessions=sessions, written=12_000))
+    assert admitted(decision) == ["f"]
+
+
+def test_residency_counts_what_running_requests_pin_in_the_cache() -> None:
+    progress = Progress(steps=3, context_tokens=2_000, written_at_end=0)
+    assert PACING.resident(progress, written=7_000, pinned=0)
+    assert not PACING.resident(progress, written=7_000, pinned=2_000)  # 7,000 + 2,000 + 2,000 > 10,000
+    assert not PACING.resident(Progress(), written=0, pinned=0)  # a session that never ran has nothing cached
+
+
+def test_among_cached_sessions_the_one_closest_to_its_end_goes_first() -> None:
+    sessions = {"early": Progress(steps=1, context_tokens=800, written_at_end=100),
+                "late": Progress(steps=8, context_tokens=3_000, written_at_end=100)}
+    decision = PACING.decide(view([ticket("e", "early", 1.0), ticket("l", "late", 2.0)],
+                                  running=[ticket("r", "x")], sessions=sessions, written=200))
+    assert admitted(decision) == ["l"]
+
+
+def test_a_session_that_never_ran_waits_behind_cached_ones_but_not_forever() -> None:
+    sessions = {"cached": Progress(steps=2, context_tokens=1_000, written_at_end=0)}
+    waiting = [ticket("new", "new", 0.0), ticket("c", "cached", 5.0)]
+    decision = PACING.decide(view(waiting, running=[ticket("r", "x")], sessions=sessions, now=10.0, written=100))
+    assert admitted(decision) == ["c"]
+    assert decision.wake_in == 20.0  # "new" arrived at 0 and may wait 30 s
+    later = PACING.decide(view(waiting, running=[ticket("r", "x")], sessions=sessions, now=30.0, written=100))
+    assert admitted(later)[0] == "new"
+
+
+def test_bounded_wait_admits_aged_requests_over_the_knee() -> None:
+    running = [ticket("r1", "x1"), ticket("r2", "x2")]
+    decision = PACING.decide(view([ticket("aged", "s1", 0.0), ticket("young", "s2", 25.0)], running, now=31.0))
+    assert admitted(decision) == ["aged"]  # the knee is full; only waiting that long overrides it
+    assert decision.wake_in == 25.0 + 30.0 - 31.0
+
+
+def test_aged_requests_take_the_free_slots_before_ranked_ones() -> None:
+    sessions = {"hot": Progress(steps=9, context_tokens=1_000, written_at_end=0)}
+    decision = PACING.decide(view([ticket("aged", "cold", 0.0), ticket("h", "hot", 29.0)],
+                                  running=[ticket("r", "x")], sessions=sessions, now=30.0, written=10))
+    assert admitted(decision) == ["aged"]
+
+
+def test_speculative_prefill_waits_while_an_authoritative_request_waits_and_running_ones_are_aborted() -> None:
+    running = [ticket("r1", "x1"), warm("w-run", "x2")]
+    decision = PACING.decide(view([warm("w-new", "s3", 0.0), ticket("a", "s1", 1.0)], running))
+    assert admitted(decision) == []
+    assert decision.abort == ("w-run",)
+
+
+def test_speculative_prefill_runs_last_when_room_is_left() -> None:
+    decision = PACING.decide(view([warm("w", "s2", 0.0), ticket("a", "s1", 1.0)]))
+    assert decision.admit == (("a", 0), ("w", WARM_PRIORITY))
+    assert decision.abort == ()
+
+
+def test_speculative_prefill_is_held_when_the_knee_is_full_but_not_aborted_if_nobody_waits() -> None:
+    running = [ticket("r1", "x1"), warm("w-run", "x2")]
+    decision = PACING.decide(view([warm("w", "s3")], running))
+    assert admitted(decision) == [] and decision.abort == () and decision.wake_in is None
+
+
+def test_a_sessions_waiting_warm_up_is_dropped_once_its_real_request_is_there() -> None:
+    decision = PACING.decide(view([warm("w", "s1", 0.0), ticket("a", "s1", 1.0)]))
+    assert decision.drop == ("w",)
+    assert admitted(decision) == ["a"]
+    running_real = PACING.decide(view([warm("w2", "s2")], running=[ticket("b", "s2")]))
+    assert running_real.drop == ("w2",) and admitted(running_real) == []
+
+
+def test_bounded_wait_does_not_apply_to_speculative_prefills() -> None:
+    running = [ticket("r1", "x1"), ticket("r2", "x2")]
+    decision = PACING.decide(view([warm("w", "s1", 0.0)], running, now=1_000.0))
+    assert admitted(decision) == [] and decision.wake_in is None
+
+
+def test_a_wait_that_ends_within_rounding_counts_as_over_so_the_wake_up_is_never_tiny() -> None:
+    running = [ticket("r1", "x1"), ticket("r2", "x2")]
+    arrived = 16.2
+    now = arrived + 32.240614000298415  # now - arrived falls just short of max_wait in floating point
+    pacing = Pacing(knee=2, kv_tokens=10_000, max_wait=32.240614000298415)
+    decision = pacing.decide(view([ticket("a", "s1", arrived), ticket("b", "s2", now - 5.0)], running, now=now))
+    assert admitted(decision) == ["a"]
+    assert decision.wake_in is not None and decision.wake_in >= EARLY
+
+
+def test_under_load_speculative_prefills_wait_for_the_engine_to_thin_out() -> None:
+    pacing = Pacing(knee=8, kv_tokens=10_000, max_wait=30.0, spec_room=2)
+    busy = pacing.decide(view([warm("w", "s9")], running=[ticket("r1", "x1"), ticket("r2", "x2")]))
+    assert admitted(busy) == [] and busy.abort == ()  # room at the knee, but not below spec_room
+    quiet = pacing.decide(view([warm("w", "s9"), warm("v", "s8")], running=[ticket("r1", "x1")]))
+    assert admitted(quiet) == ["w"]

@@ -1,0 +1,149 @@
+"""The co-scheduler in front of the simulated engine, on the virtual clock: what it admits, when, and in what order.
+
+The policies' rules are tested on hand-made views in test_cosched_policy.py; here the same rules are
+checked on what the CoScheduler actually did (its records) while real streams ran through it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TypeVar
+
+from harness.bench.vclock import VirtualClockLoop
+from harness.cosched import FCFS, CoScheduler, Pacing, Record
+from harness.engine.base import Chunk, LLMRequest
+from harness.engine.sim import Profile, SimEngine, StepModel
+from harness.speculation.observation import WARM_PRIORITY
+
+T = TypeVar("T")
+
+FLAT = Profile("flat", StepModel(base=1.0, per_seq=0.0, per_token=0.0, per_decode_pair=0.0, per_prefill_pair=0.0),
+               kv_tokens=16_384, block_size=16, max_seqs=64, max_batched_tokens=4_096, max_model_len=8_192,
+               chars_per_token=1.0)
+
+
+def virtual(main: Callable[[], Awaitable[T]]) -> T:
+    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
+        return runner.run(main())
+
+
+def request(rid: str, tokens: int = 5, priority: int = 0) -> LLMRequest:
+    return LLMRequest(rid, [{"role": "user", "content": f"task {rid}"}], max_tokens=tokens, priority=priority)
+
+
+async def drain(cosched: CoScheduler, session: str, req: LLMRequest, delay: float = 0.0) -> Chunk:
+    """Send one request through a session's engine after `delay` seconds; its final chunk."""
+    await asyncio.sleep(delay)
+    last = Chunk()
+    async for chunk in cosched.engine_for(session).stream(req):
+        last = chunk
+    return last
+
+
+def in_flight(records: list[Record]) -> list[int]:
+    """Requests admitted and not yet ended, after each record."""
+    count, out = 0, []
+    for record in records:
+        count += {"admit": 1, "end": -1}.get(record.action, 0)
+        out.append(count)
+    return out
+
+
+def actions(records: list[Record], request_id: str) -> list[str]:
+    return [r.action for r in records if r.request_id == request_id]
+
+
+def test_fcfs_admits_every_request_on_arrival() -> None:
+    async def main() -> list[Record]:
+        cosched = CoScheduler(SimEngine(FLAT), FCFS())
+        await asyncio.gather(*(drain(cosched, f"s{i}", request(f"r{i}")) for i in range(10)))
+        return cosched.records
+
+    records = virtual(main)
+    arrivals = [r for r in records if r.action == "arrive"]
+    assert len(arrivals) == 10
+    for record in arrivals:
+        index = records.index(record)
+        assert records[index + 1].action == "admit" and records[index + 1].request_id == record.request_id
+
+
+def test_pacing_keeps_requests_in_flight_at_the_knee_and_finishes_everyone() -> None:
+    async def main() -> tuple[list[Record], list[Chunk]]:
+        cosched = CoScheduler(SimEngine(FLAT), Pacing(knee=3, kv_tokens=FLAT.kv_tokens, max_wait=1_000.0))
+        ends = await asyncio.gather(*(drain(cosched, f"s{i}", request(f"r{i}")) for i in range(10)))
+        return cosched.records, ends
+
+    records, ends = virtual(main)
+    assert max(in_flight(records)) == 3
+    assert all(end.finish_reason == "length" for end in ends)
+    assert sum(r.action == "end" for r in records) == 10
+
+
+def test_an_aged_request_is_admitted_over_the_knee_exactly_when_its_wait_runs_out() -> None:
+    async def main() -> list[Record]:
+        cosched = CoScheduler(SimEngine(FLAT), Pacing(knee=1, kv_tokens=FLAT.kv_tokens, max_wait=20.0))
+        await asyncio.gather(drain(cosched, "long", request("long", tokens=200)),
+                             drain(cosched, "short", request("short"), delay=1.0))
+        return cosched.records
+
+    records = virtual(main)
+    arrive = next(r for r in records if r.request_id == "short" and r.action == "arrive")
+    admit = next(r for r in records if r.request_id == "short" and r.action == "admit")
+    long_end = next(r for r in records if r.request_id == "long" and r.action == "end")
+    assert admit.t - arrive.t == 20.0  # the wake-up timer fired; nothing else happened in between
+    assert admit.t < long_end.t  # admitted while the knee was still full
+
+
+def test_speculative_prefills_wait_for_authoritative_ones_and_give_way_to_them() -> None:
+    async def main() -> tuple[list[Record], dict[str, Chunk]]:
+        cosched = CoScheduler(SimEngine(FLAT), Pacing(knee=2, kv_tokens=FLAT.kv_tokens, max_wait=1_000.0))
+        jobs = {"warm-1": drain(cosched, "s1", request("warm-1", 50, WARM_PRIORITY)),
+                "warm-2": drain(cosched, "s2", request("warm-2", 50, WARM_PRIORITY)),
+                "auth-3": drain(cosched, "s3", request("auth-3", 5), delay=3.0),
+                "auth-4": drain(cosched, "s4", request("auth-4", 5), delay=3.0),
+                "warm-5": drain(cosched, "s5", request("warm-5", 1, WARM_PRIORITY), delay=4.0),
+                "auth-6": drain(cosched, "s6", request("auth-6", 5), delay=5.0)}
+        ends = await asyncio.gather(*jobs.values())
+        return cosched.records, dict(zip(jobs, ends))
+
+    records, ends = virtual(main)
+    assert actions(records, "warm-1") == ["arrive", "admit", "abort", "end"]  # ran while the engine was idle
+    assert ends["warm-1"].finish_reason == ends["warm-2"].finish_reason == "abort"
+    assert all(ends[a].finish_reason == "length" for a in ("auth-3", "auth-4", "auth-6"))
+    for record in records:
+        if record.action == "admit" and record.speculative:
+            assert record.waiting_authoritative == 0
+    warm_admit = next(r for r in records if r.request_id == "warm-5" and r.action == "admit")
+    auth_admits = [r for r in records if r.action == "admit" and not r.speculative and r.request_id != "warm-5"]
+    assert all(a.t <= warm_admit.t for a in auth_admits)  # the late speculation went after every real request
+
+
+def test_a_waiting_request_given_up_by_its_session_never_reaches_the_engine() -> None:
+    async def main() -> tuple[list[Record], SimEngine]:
+        engine = SimEngine(FLAT)
+        cosched = CoScheduler(engine, Pacing(knee=1, kv_tokens=FLAT.kv_tokens, max_wait=1_000.0))
+        first = asyncio.create_task(drain(cosched, "s1", request("busy", 20)))
+        await asyncio.sleep(1.0)
+        waiting = asyncio.create_task(drain(cosched, "s2", request("gone")))
+        await asyncio.sleep(1.0)
+        await cosched.engine_for("s2").abort("gone")
+        await asyncio.gather(first, waiting)
+        return cosched.records, engine
+
+    records, engine = virtual(main)
+    assert actions(records, "gone") == ["arrive", "drop"]
+    assert sum(1 for r in records if r.action == "admit") == 1
+    assert engine.stats.output_tokens == 20  # only the busy request ran
+
+
+def test_finished_requests_teach_the_scheduler_each_sessions_progress() -> None:
+    async def main() -> dict[str, int]:
+        cosched = CoScheduler(SimEngine(replace(FLAT, chars_per_token=1.0)), FCFS())
+        for step in range(3):
+            await drain(cosched, "s1", request(f"s1-{step}", 4))
+        await drain(cosched, "s2", request("s2-0", 4, WARM_PRIORITY))  # speculation is not progress
+        return {s: p.steps for s, p in cosched.sessions.items()}
+
+    assert virtual(main) == {"s1": 3}
