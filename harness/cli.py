@@ -1,5 +1,8 @@
 """The `tao` command: run a task headless or in the TUI, run the demo, and the helper subcommands.
 
+`tao` alone (or with only flags, e.g. `tao --resume`) opens the TUI in the current repository; so does
+`tao run` on a terminal without `--headless`. Elsewhere (CI, pipes) `tao run` stays headless.
+
 Exit codes of `tao run`: 0 the model finished the task, 1 the engine or harness failed, 2 bad usage,
 3 a step or time limit was reached, 130 interrupted. `tao demo` exits 0 at a step limit too.
 """
@@ -17,6 +20,7 @@ import time
 import uuid
 from pathlib import Path
 
+from harness.approval import load_policy
 from harness.engine.factory import ENGINES, EngineOptions, open_engine
 from harness.errors import EngineUnavailable, TaoError, UsageError
 from harness.events import SessionEnd, TrajectoryWriter
@@ -60,7 +64,9 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_session_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--headless", action="store_true",
-                        help="no TUI: a human log on stderr (runs are headless until the TUI lands)")
+                        help="no TUI: a human log on stderr (the default when not on a terminal)")
+    parser.add_argument("--yolo", action="store_true",
+                        help="run every shell command without asking (approvals: ~/.config/tao/config.toml, .tao.toml)")
     parser.add_argument("--json", action="store_true", help="print one JSON event per line on stdout")
     parser.add_argument("--max-steps", type=int, default=30, help="model turns before stopping (default 30; demo 8)")
     parser.add_argument("--max-time", type=float, default=1800.0, help="wall-clock limit in seconds (default 1800)")
@@ -102,7 +108,8 @@ async def run_session(task: str, repo: Path, args: argparse.Namespace) -> Sessio
     try:
         tools = default_tools(test_command=args.test_command)
         end = await Session(task, engine, workspace, tools, config, sinks, analyzer=analyzer,
-                            warm=not args.no_warm, provisional=args.provisional).run()
+                            warm=not args.no_warm, provisional=args.provisional,
+                            approval=load_policy(repo, yolo=args.yolo)).run()
     finally:
         writer.close()
         workspace.close()
@@ -147,6 +154,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     repo = Path(args.repo).expanduser()
     if not repo.is_dir():
         raise UsageError(f"--repo {repo} is not a directory")
+    if not args.headless and not args.json and sys.stdin.isatty() and sys.stdout.isatty():
+        return cmd_tui(args, task=resolve_task(args) if args.task or args.replay else "")
     end = asyncio.run(run_session(resolve_task(args), repo, args))
     return EXIT_CODES.get(end.status, 1)
 
@@ -173,6 +182,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if end.status in ("finished", "limit") else EXIT_CODES.get(end.status, 1)
 
 
+def cmd_tui(args: argparse.Namespace, task: str = "") -> int:
+    """Open the terminal UI (the tui package, imported only here)."""
+    from tui.app import main as tui_main
+
+    return tui_main(args, Path(args.repo).expanduser(), task=task, resume=getattr(args, "resume", None))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tao", description="Tao: a coding agent whose tools run ahead of the model.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -190,23 +206,41 @@ def build_parser() -> argparse.ArgumentParser:
     # The embedded model is small and slow on a CPU: keep the demo to a few short turns.
     demo.set_defaults(func=cmd_demo, max_steps=8, max_tokens=256)
 
+    tui = sub.add_parser("tui", help="open the terminal UI (what `tao` alone does)")
+    tui.add_argument("--repo", default=".", help="the repository to work in (default: current directory)")
+    tui.add_argument("--resume", nargs="?", const="last", type=str, metavar="TRAJECTORY",
+                     help="reopen a saved session: the last one (in this repository if any), or the given file")
+    add_session_flags(tui)
+    add_engine_flags(tui)
+    tui.set_defaults(func=cmd_tui)
+
     from harness import cli_engine, cli_sandbox, cli_traces
+    from harness.bench import cosched as bench_cosched
     from harness.bench import live as bench_live
+    from harness.bench import replay as bench_replay
     from harness.bench import sandbox as bench_sandbox
 
     cli_engine.register(sub)
     cli_sandbox.register(sub)
     cli_traces.register(sub)
+    from harness.swebench import cli as cli_swebench
+
+    cli_swebench.register(sub)
     bench = sub.add_parser("bench", help="measure Tao on this machine (JSON and a table)")
     bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     cli_engine.register_bench(bench_sub)
     bench_live.register(bench_sub)
+    bench_cosched.register(bench_sub)
+    bench_replay.register(bench_sub)
     bench_sandbox.register(bench_sub)
     cli_traces.register_bench(bench_sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
+        argv = ["tui", *argv]  # `tao` and `tao --resume` open the TUI
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
