@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +33,19 @@ from sandbox.workspace import confine, relative_to
 
 if TYPE_CHECKING:
     from sandbox.workspace import Workspace
+
+
+def hidden_by_private_tmp(root: Path) -> list[str]:
+    """Tao's own Python environment where a private /tmp would hide it (a venv in a checkout under /tmp).
+
+    Commands run in an overlay use this interpreter (run_tests' `python`); it is shown read-only at its path.
+    """
+    found: list[str] = []
+    for prefix in dict.fromkeys(os.path.abspath(p) for p in (sys.prefix, sys.base_prefix)):
+        under_tmp = any(prefix == d or prefix.startswith(d + "/") for d in ("/tmp", "/var/tmp"))
+        if under_tmp and os.path.isdir(prefix) and not Path(prefix).is_relative_to(root):
+            found.append(prefix)
+    return found
 
 
 class Overlay:
@@ -216,6 +230,8 @@ class Overlay:
                     mounts.append({"type": "bind", "source": str(layout.vartmp), "target": "/var/tmp"})
                 if os.path.isdir("/dev/shm"):
                     mounts.append({"type": "tmpfs", "target": "/dev/shm", "size": str(self.limits.shm_bytes)})
+                mounts.extend({"type": "bind", "source": path, "target": path, "readonly": True}
+                              for path in hidden_by_private_tmp(root))
             mounts.extend(self._backend.mounts(root, layout))
         spec.update(mounts=mounts, cwd=str(self.root), rlimits=self.limits.rlimits(),
                     nice=0 if self._boosted else self.limits.nice)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import uuid
 from pathlib import Path
@@ -141,3 +142,20 @@ async def test_a_run_started_after_a_boost_is_not_niced(workspace: Workspace, st
         overlay.boost()
         result = await overlay.run([sys.executable, "-c", "import os; print(os.nice(0))"])
     assert result.text == f"{os.nice(0)}\n"
+
+
+async def test_an_interpreter_under_tmp_is_still_there_behind_the_private_tmp(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+    """A checkout (and its venv) under /tmp: speculative runs still find the interpreter Tao runs them with."""
+    if not str(tmp_path).startswith("/tmp/") or not (await detect(state_base)).mountns:
+        pytest.skip("needs tmp_path under /tmp and a mount namespace (a private /tmp)")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    repo = make_repo(tmp_path / "ws")
+    script = ("import asyncio, sys\nfrom sandbox import Overlay, Workspace\n"
+              "async def main():\n"
+              f"    async with Overlay(Workspace({str(repo)!r}), state_dir={str(state_base)!r}) as overlay:\n"
+              "        print((await overlay.run([sys.executable, '-c', 'print(40 + 2)'])).text, end='')\n"
+              "asyncio.run(main())\n")
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}, timeout=120)
+    assert done.stdout == "42\n", done.stderr
