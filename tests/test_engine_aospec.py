@@ -120,7 +120,9 @@ async def test_a_wrong_guess_never_reaches_the_model(vllm_engine, tmp_path: Path
     real = [r for r in recorder.requests if r.priority != WARM_PRIORITY]
     assert all(guess not in json.dumps(r.messages[-1]) for r in real[4:])  # after the re-run: only the real output
     provisional = [r.request_id for r in recorder.requests if r.priority == WARM_PRIORITY]
-    assert provisional and provisional[0] in recorder.aborted  # its provisional tokens were thrown away
+    assert provisional  # a provisional step ran on the guess...
+    assert len(real) == len(turns)  # ...and was thrown away: the step after the re-run was asked anew
+    # (aborted if it was still running; on an idle machine it may have finished before the tool did)
 
 
 async def test_a_provisional_step_on_the_right_guess_is_kept(vllm_engine, tmp_path: Path) -> None:
