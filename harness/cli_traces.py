@@ -113,13 +113,13 @@ def cmd_learn(args: argparse.Namespace) -> int:
 
 def cmd_bench_predict(args: argparse.Namespace) -> int:
     """`tao bench predict`: the table on stderr, the JSON on stdout."""
-    from harness.bench import predict
+    from harness.bench import dump, predict
 
     result = predict.run(args.train, args.test, k=args.k, holdout=args.holdout, model_path=args.model,
                          save_model=args.save_model, prefix_chars=args.prefix_chars, epochs=args.epochs)
     if not args.json:
         print(predict.table(result), file=sys.stderr)
-    print(predict.dump(result))
+    print(dump(result))
     return 0 if result["actions"] else 1
 
 

@@ -7,26 +7,15 @@ checked on what the CoScheduler actually did (its records) while real streams ra
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import TypeVar
 
-from harness.bench.vclock import VirtualClockLoop
 from harness.cosched import FCFS, CoScheduler, Pacing, Record
 from harness.engine.base import Chunk, LLMRequest
-from harness.engine.sim import Profile, SimEngine, StepModel
+from harness.engine.sim import SimEngine
 from harness.speculation.observation import WARM_PRIORITY
+from tests.helpers import flat_profile, virtual
 
-T = TypeVar("T")
-
-FLAT = Profile("flat", StepModel(base=1.0, per_seq=0.0, per_token=0.0, per_decode_pair=0.0, per_prefill_pair=0.0),
-               kv_tokens=16_384, block_size=16, max_seqs=64, max_batched_tokens=4_096, max_model_len=8_192,
-               chars_per_token=1.0)
-
-
-def virtual(main: Callable[[], Awaitable[T]]) -> T:
-    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
-        return runner.run(main())
+FLAT = flat_profile(kv_tokens=16_384, block_size=16, max_seqs=64, max_batched_tokens=4_096, max_model_len=8_192)
 
 
 def request(rid: str, tokens: int = 5, priority: int = 0) -> LLMRequest:

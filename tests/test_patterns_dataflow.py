@@ -45,8 +45,8 @@ class Script:
         return self.builder.events
 
 
-def analyzer_after(script: Script, **options: object) -> Analyzer:
-    analyzer = Analyzer(PatternModel(), **options)
+def analyzer_after(script: Script, model: PatternModel | None = None, **options: object) -> Analyzer:
+    analyzer = Analyzer(model or PatternModel(), **options)
     for event in script.events:
         analyzer.observe(event)
     return analyzer

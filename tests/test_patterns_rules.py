@@ -6,7 +6,7 @@ from harness.events import SessionStart
 from harness.speculation.canonical import canonical, canonical_bash
 from harness.speculation.extract import ReasoningFacts, path_mentions
 from harness.speculation.model import PatternModel
-from harness.speculation.patterns import Analyzer, Partial
+from harness.speculation.patterns import Partial
 from harness.speculation.state import SessionState, listing_entries, split_test
 from tests.test_patterns_dataflow import Script, analyzer_after, candidate, find, read
 
@@ -24,9 +24,7 @@ def model_with(**fields: object) -> PatternModel:
 
 
 def keys(script: Script, moment: str = "a", partial: Partial | None = None, **fields: object) -> dict[str, str]:
-    analyzer = Analyzer(model_with(**fields))
-    for event in script.events:
-        analyzer.observe(event)
+    analyzer = analyzer_after(script, model_with(**fields))
     return {c.key: c.reason for c in analyzer.predict(moment, partial, k=1000)}
 
 
@@ -165,9 +163,7 @@ def test_the_reasoning_facts_skip_tool_names_and_collect_folders() -> None:
 def test_a_read_of_the_file_in_hand_carries_the_time_of_the_views_it_answers() -> None:
     script = Script()
     script.bash("grep -n helper src/box.py", "14:        total += helper(total)\n")
-    analyzer = Analyzer(model_with(derive={"search|same": [0.5, 0.3]}))
-    for event in script.events:
-        analyzer.observe(event)
+    analyzer = analyzer_after(script, model_with(derive={"search|same": [0.5, 0.3]}))
     found = find(analyzer.predict("a", k=1000), read("src/box.py"))
     assert found is not None and "read_in_hand" in found.reason
     assert abs(found.derived - 0.15) < 1e-9

@@ -8,26 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
-from harness.bench.vclock import VirtualClockLoop
 from harness.engine.base import Chunk, LLMRequest
-from harness.engine.sim import GPU, Profile, SimEngine, StepModel
-
-T = TypeVar("T")
+from harness.engine.sim import GPU, SimEngine
+from tests.helpers import flat_profile, virtual
 
 # One second a step, whatever it computes: step counts read straight off the clock.
-FLAT = Profile("flat", StepModel(base=1.0, per_seq=0.0, per_token=0.0, per_decode_pair=0.0, per_prefill_pair=0.0),
-               kv_tokens=4_096, block_size=16, max_seqs=8, max_batched_tokens=2_048, max_model_len=4_096,
-               chars_per_token=1.0)
-
-
-def virtual(main: Callable[[], Awaitable[T]]) -> T:
-    """Run a coroutine on the virtual clock."""
-    with asyncio.Runner(loop_factory=VirtualClockLoop) as runner:
-        return runner.run(main())
+FLAT = flat_profile(kv_tokens=4_096, block_size=16, max_seqs=8, max_batched_tokens=2_048, max_model_len=4_096)
 
 
 def request(rid: str, prompt: str, answer: str | None = None, priority: int = 0, max_tokens: int = 4,

@@ -1,1 +1,38 @@
 """Benchmarks: `tao bench ...` commands that print JSON and a table."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from harness.errors import UsageError
+
+
+def dump(result: dict[str, Any]) -> str:
+    """The result as indented JSON."""
+    return json.dumps(result, indent=2)
+
+
+def emit(result: dict[str, Any], table: Callable[[dict[str, Any]], str], as_json: bool = True) -> None:
+    """Print the result as JSON on stdout with its table on stderr, or (not `as_json`) the table alone on stdout."""
+    if as_json:
+        print(dump(result))
+        print(table(result), file=sys.stderr)
+    else:
+        print(table(result))
+
+
+def run_module(prog: str, add_arguments: Callable[[argparse.ArgumentParser], None],
+               command: Callable[[argparse.Namespace], int], argv: list[str] | None) -> int:
+    """`python -m <prog> ...`: parse `argv` with the command's options and run it; a usage error exits with 2."""
+    parser = argparse.ArgumentParser(prog=prog)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return command(args)
+    except UsageError as exc:
+        print(f"tao: {exc}", file=sys.stderr)
+        return 2

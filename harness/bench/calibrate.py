@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 import uuid
@@ -28,6 +27,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.bench import dump, emit
 from harness.bench.engine import long_prompt, machine, run_one
 from harness.engine.base import LLMRequest
 from harness.engine.sim import CPU, Profile, StepModel
@@ -183,11 +183,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     if max(prefills) > 4096:
         raise UsageError("--prefill: at most 4096 tokens (one step of the CPU engine's token budget)")
     result = asyncio.run(measure(batches, contexts, prefills, args.decode_tokens))
-    text = json.dumps(result, indent=2)
     if args.out:
-        args.out.write_text(text + "\n", encoding="utf-8")
-    print(text)
-    print(table(result), file=sys.stderr)
+        args.out.write_text(dump(result) + "\n", encoding="utf-8")
+    emit(result, table)
     return 0
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import cosched_run as runner
+from harness.bench import emit, run_module
 from harness.bench.live import machine, model_choice, quantile
 from harness.bench.vclock import VirtualClockLoop
 from harness.engine.sim import PROFILES, Profile, SimEngine
@@ -259,11 +260,7 @@ def cmd_cosched(args: argparse.Namespace) -> int:
     if not modes or set(modes) - set(runner.MODES):
         raise UsageError(f"--modes {args.modes!r}: choose from {', '.join(runner.MODES)}")
     result = run(levels, args.engine, args.profile, only, args.model, args.groups, partial=args.partial, modes=modes)
-    if args.json:
-        print(json.dumps(result, indent=2))
-        print(table(result), file=sys.stderr)
-    else:
-        print(table(result))
+    emit(result, table, as_json=args.json)
     return 0
 
 
@@ -282,14 +279,7 @@ def register(bench_subparsers: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m harness.bench.cosched ...` (the same options as `tao bench cosched`)."""
-    parser = argparse.ArgumentParser(prog="python -m harness.bench.cosched")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return cmd_cosched(args)
-    except UsageError as exc:
-        print(f"tao: {exc}", file=sys.stderr)
-        return 2
+    return run_module("python -m harness.bench.cosched", add_arguments, cmd_cosched, argv)
 
 
 if __name__ == "__main__":

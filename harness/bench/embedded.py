@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import sessions as recorded
-from harness.bench.live import analyzer_for, bench_environment, machine, model_choice, quantile
+from harness.bench.live import analyzer_for, bench_environment, machine, model_choice, quantile, timed_run
 from harness.engine.base import Engine, LLMRequest
 from harness.engine.replay import ForcedReplayEngine
 from harness.errors import UsageError
@@ -254,12 +254,7 @@ async def run_one(engine: Engine, session: recorded.LiveSession, mode: str, rep:
     repo = await asyncio.to_thread(checkout, session, cache)
     events: list[Event] = []
     loop, workspace = new_session(session, engine, repo, mode, model, budget, events, nonce)
-    started = time.perf_counter()
-    try:
-        end = await loop.run()
-    finally:
-        seconds = time.perf_counter() - started
-        workspace.close()
+    end, seconds = await timed_run(loop, workspace)
     return run_record(events, session.name, mode, rep, seconds, end.status, end.steps)
 
 

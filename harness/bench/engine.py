@@ -9,7 +9,6 @@ Prints JSON on stdout, then a table on stderr.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import platform
 import sys
@@ -18,6 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from harness.bench import emit
 from harness.engine.base import LLMRequest, Usage
 
 FILLER = ("def handler_{i}(request):\n    \"\"\"Return the response for request {i}.\"\"\"\n"
@@ -119,8 +119,7 @@ def table(result: dict[str, Any]) -> str:
 def main(prompt_tokens: int = 4096, concurrency: list[int] | None = None, decode_tokens: int = 128) -> int:
     """Run the benchmark, print JSON on stdout and the table on stderr."""
     result = asyncio.run(bench(prompt_tokens, concurrency or [1, 4, 16], decode_tokens))
-    print(json.dumps(result, indent=2))
-    print(table(result), file=sys.stderr)
+    emit(result, table)
     return 0
 
 

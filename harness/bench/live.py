@@ -28,12 +28,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.bench import emit, run_module
 from harness.bench import sessions as recorded
 from harness.bench.oracle import OracleAnalyzer
 from harness.bench.overhead import Meter
 from harness.engine.replay import ReplayEngine
 from harness.errors import UsageError
-from harness.events import Event, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
+from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
 from harness.session import Session, SessionConfig
 from harness.speculation.model import PatternModel, default_model_path
 from harness.speculation.patterns import Analyzer
@@ -73,6 +74,15 @@ def analyzer_for(mode: str, session: recorded.LiveSession, model: Path | None) -
     return Analyzer(PatternModel.load(model) if model is not None else PatternModel())
 
 
+async def timed_run(loop: Session, workspace: Workspace) -> tuple[SessionEnd, float]:
+    """Run a session to its end, then close its workspace: how it ended and the seconds it took."""
+    started = time.perf_counter()
+    try:
+        return await loop.run(), time.perf_counter() - started
+    finally:
+        workspace.close()
+
+
 async def run_one(session: recorded.LiveSession, mode: str, tpot: float, model: Path | None,
                   cache: Path) -> dict[str, Any]:
     """One replay of one session in one mode, from a fresh copy of its repository."""
@@ -85,12 +95,7 @@ async def run_one(session: recorded.LiveSession, mode: str, tpot: float, model: 
     loop = Session(task, engine, workspace, default_tools(), config, [events.append],
                    analyzer=analyzer_for(mode, session, model))
     meter = Meter.attach(loop, events)
-    started = time.perf_counter()
-    try:
-        end = await loop.run()
-    finally:
-        seconds = time.perf_counter() - started
-        workspace.close()
+    end, seconds = await timed_run(loop, workspace)
     summary = next((e for e in events if isinstance(e, SpecSummary)), None)
     promoted = {e.call_id: e for e in events if isinstance(e, SpecPromote)}
     asked = {e.call_id: json.dumps(e.arguments, sort_keys=True)[:70] for e in events if isinstance(e, ToolCall)}
@@ -419,11 +424,7 @@ def cmd_live(args: argparse.Namespace) -> int:
         show = embedded.table
     else:
         result, show = run(args.sessions, only, args.repeat or 3, args.tpot_ms, args.model, args.cache), table
-    if args.json:
-        print(json.dumps(result, indent=2))
-        print(show(result), file=sys.stderr)
-    else:
-        print(show(result))
+    emit(result, show, as_json=args.json)
     return 0
 
 
@@ -440,14 +441,7 @@ def register(bench_subparsers: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m harness.bench.live ...` (the same options as `tao bench live`)."""
-    parser = argparse.ArgumentParser(prog="python -m harness.bench.live")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return cmd_live(args)
-    except UsageError as exc:
-        print(f"tao: {exc}", file=sys.stderr)
-        return 2
+    return run_module("python -m harness.bench.live", add_arguments, cmd_live, argv)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ split by a hash of their id (`--holdout` of them tested), so no instance is in b
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 import zlib
@@ -168,9 +167,3 @@ def _quantile(values: list[float], q: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def dump(result: dict[str, Any]) -> str:
-    """The result as indented JSON."""
-    return json.dumps(result, indent=2)
-

@@ -11,7 +11,6 @@ one engine whose time per token grows with load (harness.bench.replay_load).
 
 from __future__ import annotations
 
-import json
 import statistics
 import time
 from dataclasses import dataclass
@@ -154,11 +153,6 @@ def run(train_dir: Path, test_dir: Path, tpots_ms: list[float], sessions: int = 
 
 def _label(tpot: float) -> str:
     return f"{tpot:g}"
-
-
-def dump(result: dict[str, Any]) -> str:
-    """The result as indented JSON."""
-    return json.dumps(result, indent=2)
 
 
 def register(bench_subparsers: Any) -> None:

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.bench import dump
 from harness.errors import UsageError
 from harness.speculation.scheduler import Budget
 
@@ -59,7 +60,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     result = replay.run(args.train or args.traces, args.traces, parse_tpots(args.tpot_ms), args.sessions,
                         args.holdout, args.model, args.save_model, args.prefill_tps, args.limit, budget,
                         args.latency)
-    print(replay.dump(result) if args.json else table(result), flush=True)
+    print(dump(result) if args.json else table(result), flush=True)
     if args.plot is not None:
         plotted = plot(result, args.plot)
         if plotted is not None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import platform
 import statistics
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.bench import emit
 from sandbox import Overlay, Workspace
 from sandbox.backends import ORDER, unavailable
 from sandbox.probe import detect
@@ -156,8 +156,7 @@ def run(args: argparse.Namespace) -> int:
               if unknown else "tao bench sandbox: give at least one size", file=sys.stderr)
         return 2
     report = asyncio.run(bench(sizes, backends, args.repeat))
-    print(json.dumps(report, indent=2))
-    print(table(report), file=sys.stderr)
+    emit(report, table)
     return 0
 
 
