@@ -219,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.bench import live as bench_live
     from harness.bench import replay as bench_replay
     from harness.bench import sandbox as bench_sandbox
+    from harness.bench import warmdelay as bench_warmdelay
 
     cli_engine.register(sub)
     cli_sandbox.register(sub)
@@ -233,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_cosched.register(bench_sub)
     bench_replay.register(bench_sub)
     bench_sandbox.register(bench_sub)
+    bench_warmdelay.register(bench_sub)
     cli_traces.register_bench(bench_sub)
     return parser
 

@@ -283,7 +283,7 @@ class SpecObsSettle(Event):
     step: int
     call_id: str
     matched: bool  # False: the warm request was aborted and nothing of the guess was used
-    warmed_tokens: int | None  # prompt tokens the warm request had pre-filled, if it finished
+    warmed_tokens: int | None  # prompt tokens pre-filled (chunks finished) when the real observation came
 
 
 @dataclass

@@ -101,6 +101,7 @@ class Session:
         self.session_id = uuid.uuid4().hex[:12]
         self.steps = 0
         self.output_tokens = 0
+        self.prompt_tokens = 0
         self._t0 = time.monotonic()
         self._turn_start = 0  # steps taken before the current user message
         self._step_task: asyncio.Task[None] | None = None
@@ -200,6 +201,7 @@ class Session:
             finish_reason = chunk.finish_reason or finish_reason
         parser.finish()
         self.output_tokens += usage.output_tokens
+        self.prompt_tokens = usage.prompt_tokens  # in the engine's prefix cache now: warming starts there
         self.emit(LLMEnd(self.now(), self.steps, request.request_id, raw, native, finish_reason,
                          usage.prompt_tokens, usage.cached_tokens, usage.output_tokens, usage.ttft,
                          usage.decode_seconds))
@@ -281,7 +283,8 @@ class Session:
             return None
         messages = [*self.messages, protocol.result_message(call, predicted, self.engine.native_tools)]
         return self.observation.start(self.steps, call.call_id, predicted, messages,
-                                      tool_specs(list(self.tools.values())), self.config.max_tokens)
+                                      tool_specs(list(self.tools.values())), self.config.max_tokens,
+                                      self.prompt_tokens)
 
     def speculate_early(self, event: protocol.ParseEvent, parser: protocol.CallParser) -> None:
         """Moments (b) and (c): the reasoning is complete; the call's name and first characters are known."""

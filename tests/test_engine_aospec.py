@@ -19,7 +19,7 @@ from harness.engine.replay import ForcedReplayEngine, Recording, Turn
 from harness.events import Event, LLMEnd, SpecObsSettle, SpecObsWarm, comparable
 from harness.session import Session, SessionConfig
 from harness.speculation.model import PatternModel
-from harness.speculation.observation import WARM_PRIORITY, ObservationSpeculator
+from harness.speculation.observation import WARM_CHUNK_TOKENS, WARM_PRIORITY, ObservationSpeculator
 from harness.speculation.patterns import Analyzer
 from harness.speculation.scheduler import Budget
 from sandbox import Workspace
@@ -80,7 +80,8 @@ async def run(engine, repo: Path, turns: list[Turn], *, warm: bool, provisional:
 async def test_a_warmed_prefill_makes_the_next_request_hit_the_cache(vllm_engine) -> None:
     events: list[Event] = []
     start = time.monotonic()
-    speculator = ObservationSpeculator(vllm_engine, events.append, lambda: time.monotonic() - start)
+    recorder = Recorder(vllm_engine)
+    speculator = ObservationSpeculator(recorder, events.append, lambda: time.monotonic() - start)
     history = [{"role": "system", "content": protocol.render_system_prompt(SPECS, "/w")},
                {"role": "user", "content": "Run the tests."},
                {"role": "assistant", "content": '<tool_call>{"name": "run_tests", "arguments": {}}</tool_call>'}]
@@ -90,6 +91,9 @@ async def test_a_warmed_prefill_makes_the_next_request_hit_the_cache(vllm_engine
     assert warm is not None and warm.request.priority == WARM_PRIORITY and warm.request.max_tokens == 1
     await warm.task
     assert warm.usage is not None and warm.usage.prompt_tokens > 400
+    limits = [r.prompt_limit for r in recorder.requests]  # in chunks, so a real request waits behind one at most
+    assert len(limits) >= 2 and limits == [WARM_CHUNK_TOKENS * (i + 1) for i in range(len(limits))]
+    assert limits[-2] < warm.usage.prompt_tokens <= limits[-1]
     final = Chunk()
     async for chunk in vllm_engine.stream(LLMRequest("after-warm", messages, SPECS, 4)):
         final = chunk

@@ -17,6 +17,7 @@ class LLMRequest:
     max_tokens: int = 1024
     priority: int = 0  # lower runs first (vLLM's convention); speculative work uses higher numbers
     force: str | None = None  # the exact answer to produce (replaying a recorded turn through a real engine)
+    prompt_limit: int | None = None  # prefill only this many leading prompt tokens (a chunk of a warm prefill)
 
 
 @dataclass(frozen=True)

@@ -266,6 +266,8 @@ class SimEngine:
 
     def _admit_request(self, request: LLMRequest) -> SimRequest:
         text = render(request.messages)
+        if request.prompt_limit is not None:  # a chunk of a warm prefill: the prompt's first tokens only
+            text = text[:int(max(1, request.prompt_limit) * self.profile.chars_per_token)]
         tokens = self._tokens(text)
         if tokens >= self.max_model_len:
             raise ContextTooLong(f"the prompt has {tokens} tokens; the simulated context holds {self.max_model_len}")

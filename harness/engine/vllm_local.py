@@ -183,6 +183,8 @@ class VLLMEngine:
         if self._llm is None or self._llm.errored:
             raise EngineDied("the vLLM engine is closed or its process is no longer running; start tao again")
         ids = self.render(request)
+        if request.prompt_limit is not None:
+            ids = ids[:max(1, request.prompt_limit)]
         params = self.sampling_params(request, self.check_fits(len(ids)), ignore_eos)
         if self._aborted.pop(request.request_id, False) is None:  # aborted before it was submitted
             yield Chunk(usage=Usage(prompt_tokens=len(ids)), finish_reason="abort")

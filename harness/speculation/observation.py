@@ -7,6 +7,12 @@ byte-identical, the next Think step starts from a warm prefix cache instead of p
 When it differs, the warm request is aborted and the next prompt is built from the real output only:
 nothing of the guess reaches the model.
 
+A warm prefill goes in chunks of `WARM_CHUNK_TOKENS` prompt tokens, one request each, every chunk
+starting from the cache the one before it filled. An engine step that is running cannot be
+pre-empted (on vLLM's CPU engine a 1,000-token prefill is one step of seconds), so a real request that
+arrives during warming waits behind one chunk at most, and warming stops as soon as the real
+observation is in. An engine that ignores `prompt_limit` gets the whole prompt in one request.
+
 With `provisional`, the guess goes further: the next Think step itself starts on the guessed
 observation, and its tokens are kept only on an exact match (otherwise aborted and discarded).
 """
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from harness.engine.base import Chunk, Engine, LLMRequest, Usage
@@ -23,6 +29,7 @@ from harness.errors import EngineError
 from harness.events import Event, SpecObsSettle, SpecObsWarm
 
 WARM_PRIORITY = 1_000  # vLLM runs lower numbers first: warming waits behind every real request
+WARM_CHUNK_TOKENS = 256  # a multiple of every usual KV block size (16, 128), so each chunk's blocks stay cached
 
 
 @dataclass
@@ -39,14 +46,18 @@ class Warm:
     done: bool = False
     usage: Usage | None = None
     task: asyncio.Task[None] | None = None
+    cached: int = 0  # prompt tokens already in the cache when warming started (the last real prompt's)
+    current: str = ""  # the request in flight: a chunk's, or the provisional step's
+    settled: bool = False  # the real observation is in: no further chunk starts
 
 
 class ObservationSpeculator:
     """Starts warm requests on guessed observations and settles them against the real ones."""
 
     def __init__(self, engine: Engine, emit: Callable[[Event], None], now: Callable[[], float],
-                 provisional: bool = False) -> None:
+                 provisional: bool = False, chunk_tokens: int = WARM_CHUNK_TOKENS) -> None:
         self.engine, self.emit, self.now, self.provisional = engine, emit, now, provisional
+        self.chunk_tokens = chunk_tokens
         self._live: dict[str, Warm] = {}
         self._count = 0
 
@@ -56,14 +67,17 @@ class ObservationSpeculator:
         return bool(getattr(self.engine, "prefix_cache", False))
 
     def start(self, step: int, call_id: str, predicted: str, messages: list[dict[str, Any]],
-              tools: list[dict[str, Any]], max_tokens: int) -> Warm | None:
-        """Pre-fill `messages` (ending with the guessed observation) while the real tool runs."""
+              tools: list[dict[str, Any]], max_tokens: int, cached: int = 0) -> Warm | None:
+        """Pre-fill `messages` (ending with the guessed observation) while the real tool runs.
+
+        `cached`: prompt tokens the engine holds already (the last real prompt's), where chunks start.
+        """
         if not self.enabled:
             return None
         self._count += 1
         request = LLMRequest(f"warm-{self._count}-{call_id}", messages, tools if self.provisional else [],
                              max_tokens if self.provisional else 1, WARM_PRIORITY)
-        warm = Warm(step, call_id, predicted, request, self.provisional)
+        warm = Warm(step, call_id, predicted, request, self.provisional, cached=max(0, cached))
         warm.task = asyncio.create_task(self._run(warm))
         self._live[request.request_id] = warm
         self.emit(SpecObsWarm(self.now(), step, call_id, "last_run", self.provisional, len(predicted)))
@@ -71,10 +85,10 @@ class ObservationSpeculator:
 
     async def _run(self, warm: Warm) -> None:
         try:
-            async for chunk in self.engine.stream(warm.request):
-                warm.chunks.append(chunk)
-                warm.usage = chunk.usage or warm.usage
-                warm.arrived.set()
+            if warm.provisional:
+                await self._stream(warm, warm.request)
+            else:
+                await self._prefill_in_chunks(warm)
         except EngineError:
             pass  # a failed warm-up costs nothing; the real request reports the engine's state
         finally:
@@ -82,20 +96,44 @@ class ObservationSpeculator:
             warm.arrived.set()
             self._live.pop(warm.request.request_id, None)
 
+    async def _prefill_in_chunks(self, warm: Warm) -> None:
+        """One request per chunk of prompt tokens, until the prompt is all in or the guess is settled."""
+        limit = warm.cached - warm.cached % self.chunk_tokens
+        while not warm.settled:
+            limit += self.chunk_tokens
+            before = warm.usage
+            await self._stream(warm, replace(warm.request, request_id=f"{warm.request.request_id}-{limit}",
+                                             prompt_limit=limit))
+            if warm.usage is before or warm.usage is None or warm.usage.prompt_tokens != limit:
+                return  # the whole prompt is in (it was shorter than the limit), or the engine took it all
+
+    async def _stream(self, warm: Warm, request: LLMRequest) -> None:
+        warm.current = request.request_id
+        async for chunk in self.engine.stream(request):
+            if chunk.finish_reason == "abort":
+                return
+            warm.chunks.append(chunk)
+            warm.usage = chunk.usage or warm.usage
+            warm.arrived.set()
+
     async def settle(self, warm: Warm, real: str) -> Warm | None:
         """Compare the guess with the real observation; a provisional step is returned to be adopted."""
         matched = real == warm.predicted
-        warmed = warm.usage.prompt_tokens if warm.usage is not None and warm.done else None
+        warm.settled = True
+        warmed = warm.usage.prompt_tokens if warm.usage is not None else None
         self.emit(SpecObsSettle(self.now(), warm.step, warm.call_id, matched, warmed))
-        if not matched:
-            await self.drop(warm)
-            return None
-        return warm if warm.provisional else None
+        if matched and warm.provisional:
+            return warm
+        # A right guess's chunk in flight is dropped too: its blocks are cached as it is scheduled, and a
+        # chunk still waiting would only compute the real request's own tokens beside it.
+        await self.drop(warm)
+        return None
 
     async def drop(self, warm: Warm) -> None:
         """Abort a warm request and forget its tokens."""
+        warm.settled = True
         if not warm.done:
-            await self.engine.abort(warm.request.request_id)
+            await self.engine.abort(warm.current)
         if warm.task is not None:
             warm.task.cancel()
             await asyncio.gather(warm.task, return_exceptions=True)
