@@ -126,3 +126,22 @@ def test_settling_stops_warming_and_drops_the_chunk_in_flight() -> None:
     assert engine.aborted == [engine.requests[1].request_id]
     [settle] = [e for e in events if isinstance(e, SpecObsSettle)]
     assert settle.matched and settle.warmed_tokens == 256
+
+
+def test_a_provisional_step_the_engine_aborted_is_never_adopted() -> None:
+    """A co-scheduler may abort speculative requests: a cut-short answer must not pass for the model's."""
+    async def main() -> tuple[object, list[LLMRequest]]:
+        engine = Recorder(SimEngine(SLOW_PREFILL))
+        events: list[Event] = []
+        spec = ObservationSpeculator(engine, events.append, lambda: 0.0, provisional=True)
+        warm = spec.start(1, "c1", GUESS, warm_messages(GUESS), [], 64)
+        assert warm is not None and warm.request.max_tokens == 64
+        await engine.started.wait()
+        await engine.inner.abort(warm.current)  # as the co-scheduler does, behind the speculator's back
+        await asyncio.gather(warm.task, return_exceptions=True)
+        adopted = await spec.settle(warm, GUESS)  # the guess was right, but the step was cut
+        return adopted, engine.requests
+
+    adopted, requests = virtual(main)
+    assert adopted is None
+    assert [r.prompt_limit for r in requests] == [None]  # a provisional step is one whole request

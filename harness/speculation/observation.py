@@ -49,6 +49,7 @@ class Warm:
     cached: int = 0  # prompt tokens already in the cache when warming started (the last real prompt's)
     current: str = ""  # the request in flight: a chunk's, or the provisional step's
     settled: bool = False  # the real observation is in: no further chunk starts
+    aborted: bool = False  # the engine (or a co-scheduler) ended a request of it early
 
 
 class ObservationSpeculator:
@@ -111,6 +112,7 @@ class ObservationSpeculator:
         warm.current = request.request_id
         async for chunk in self.engine.stream(request):
             if chunk.finish_reason == "abort":
+                warm.aborted = True
                 return
             warm.chunks.append(chunk)
             warm.usage = chunk.usage or warm.usage
@@ -122,7 +124,7 @@ class ObservationSpeculator:
         warm.settled = True
         warmed = warm.usage.prompt_tokens if warm.usage is not None else None
         self.emit(SpecObsSettle(self.now(), warm.step, warm.call_id, matched, warmed))
-        if matched and warm.provisional:
+        if matched and warm.provisional and not warm.aborted:  # an aborted step's answer is cut short
             return warm
         # A right guess's chunk in flight is dropped too: its blocks are cached as it is scheduled, and a
         # chunk still waiting would only compute the real request's own tokens beside it.
@@ -145,6 +147,10 @@ class ObservationSpeculator:
             while index < len(warm.chunks):
                 yield warm.chunks[index]
                 index += 1
+            if warm.done and warm.aborted:  # a co-scheduler may abort speculative requests; no entry point
+                # combines one with provisional steps, and a cut answer must never pass for a whole one
+                raise EngineError(f"the provisional step {warm.current} was aborted after it was adopted; "
+                                  "run without --provisional")
             if warm.done:
                 return
             warm.arrived.clear()
