@@ -3,11 +3,14 @@ reasoning plus one well-formed call of a known tool, and nothing else. No engine
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from harness.engine.constrain import call_prefix, structural_tag, structural_tag_json
+from harness.engine.constrain import call_prefix, literal_regex, structural_tag, structural_tag_json
 from tools import default_tools, tool_specs
 
 SPECS = tool_specs(default_tools())
@@ -61,3 +64,21 @@ def test_reasoning_is_bounded_and_calls_start_as_the_prompt_teaches() -> None:
     assert call_prefix("read_file") == '{"name": "read_file", "arguments": '
     with pytest.raises(ValueError):
         structural_tag([])
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\x00"), max_size=60))
+@settings(max_examples=200, deadline=None)
+def test_a_forced_answer_regex_is_the_text_and_nothing_else(text: str) -> None:
+    import xgrammar as xgr
+
+    pattern = literal_regex(text)
+    assert re.fullmatch(pattern, text, flags=re.DOTALL)
+    assert str(xgr.Grammar.from_regex(pattern)) == str(xgr.Grammar.from_regex(re.escape(text)))
+
+
+def test_forcing_a_recorded_answer_draws_no_regex_warnings(capfd) -> None:
+    import xgrammar as xgr
+
+    answer = 'I will run the tests.\n<tool_call>{"name": "run_tests", "arguments": {"command": "pytest -q #1 ~x"}}</tool_call>'
+    xgr.Grammar.from_regex(literal_regex(answer))
+    assert "Warning" not in capfd.readouterr().err  # re.escape's '\ ', '\#', '\~' drew one line each

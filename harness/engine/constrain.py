@@ -13,6 +13,7 @@ after `</tool_call>`, so a small model cannot ramble past its call.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from harness.protocol import CLOSE, OPEN
@@ -22,6 +23,16 @@ REASONING_TOKENS = 64
 MAX_WHITESPACE = 2
 """Longest run of whitespace allowed inside the call's JSON (stops a model padding with newlines)."""
 STOP = [CLOSE]
+_REGEX_META = re.compile(r"([.^$*+?{}\[\]\\|()])")
+
+
+def literal_regex(text: str) -> str:
+    """A regex that matches exactly `text`, for forcing a recorded answer.
+
+    Unlike `re.escape`, only regex operators are escaped: xgrammar warns on every escaped space,
+    newline, `#` or `~` (thousands of log lines a forced session) and then matches the character anyway.
+    """
+    return _REGEX_META.sub(r"\\\1", text)
 
 
 def call_prefix(name: str) -> str:

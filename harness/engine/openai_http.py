@@ -9,7 +9,6 @@ Aborting a request closes its HTTP stream, which makes vLLM abort it in the engi
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import httpx
 
 from harness.engine.base import Chunk, LLMRequest, Usage
-from harness.engine.constrain import REASONING_TOKENS, STOP, structural_tag_json
+from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
 from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
 
 CONNECT_TIMEOUT = 2.0
@@ -87,7 +86,7 @@ class OpenAIEngine:
                                 "stream_options": {"include_usage": True}, "max_tokens": request.max_tokens,
                                 "temperature": self.temperature}
         if request.force is not None and self.is_vllm:
-            body["structured_outputs"] = {"regex": re.escape(request.force)}
+            body["structured_outputs"] = {"regex": literal_regex(request.force)}
             body["temperature"] = 0.0  # the same text then always takes the same tokens
         elif request.tools and self.native_tools:
             body["tools"] = request.tools

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.engine.base import Chunk, LLMRequest, Usage
-from harness.engine.constrain import REASONING_TOKENS, STOP, structural_tag_json
+from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
 from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
 from harness.protocol import OPEN, CLOSE
 
@@ -160,7 +159,7 @@ class VLLMEngine:
 
         extra: dict[str, Any] = {}
         if request.force is not None:
-            extra = {"structured_outputs": StructuredOutputsParams(regex=re.escape(request.force))}
+            extra = {"structured_outputs": StructuredOutputsParams(regex=literal_regex(request.force))}
         elif self.settings.constrained and request.tools and not ignore_eos:
             extra = {"structured_outputs": StructuredOutputsParams(structural_tag=self._grammar(request.tools)),
                      "stop": STOP, "include_stop_str_in_output": True}
