@@ -48,7 +48,7 @@ from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart
                             SpecPromote, ToolCall, ToolResult, comparable)
 from harness.session import Session, SessionConfig
 from harness.speculation.canonical import canonical
-from harness.speculation.scheduler import Budget
+from harness.speculation.scheduler import Budget, LastRun
 from sandbox import Workspace
 from tools import default_tools
 
@@ -72,15 +72,15 @@ def order(modes: list[str], rep: int, index: int) -> list[str]:
 def after_tool_steps(events: list[Event]) -> list[dict[str, Any]]:
     """Each model turn that follows a tool call: its timing, cache use and the guess on that tool's output.
 
-    The guess is derived as the session derives it (harness.session.warm_up and the scheduler's
-    `last_output`): a sandboxed call, not promoted, whose same call ran before (and did not fail, if the
-    tree changed since); `matched` when its output equals the last one. In warming runs, `settled` is what the spec_obs_settle event said.
+    The guess is derived as the session derives it (harness.session.warm_up and `LastRun.guess`, which
+    the scheduler's `last_output` uses): a sandboxed call, not promoted, whose same call ran before (and
+    did not fail, if the tree changed since); `matched` when its output equals the last one. In warming runs, `settled` is what the spec_obs_settle event said.
     """
     root = next((e.repo for e in events if isinstance(e, SessionStart)), "")
     promoted = {e.call_id for e in events if isinstance(e, SpecPromote)}
     settled = {e.call_id: e for e in events if isinstance(e, SpecObsSettle)}
     calls: dict[str, ToolCall] = {}
-    last: dict[str, tuple[str, str, bool, int]] = {}  # canonical key -> (tool, output, failed, version) of its last run
+    last: dict[str, LastRun] = {}  # canonical key -> its last run
     version = 0  # the workspace version as of the latest tool result
     previous: dict[int, dict[str, Any]] = {}  # step -> its (last) tool call's guess
     starts: dict[int, float] = {}
@@ -92,11 +92,10 @@ def after_tool_steps(events: list[Event]) -> list[dict[str, Any]]:
         elif isinstance(event, ToolResult) and event.call_id in calls:
             call = calls[event.call_id]
             key = canonical(call.name, call.arguments, root).key
-            seen = last.get(key)
+            seen = last[key].guess(call.name, version) if key in last else None
             guess, guess_chars = "none", None
-            fair = seen is not None and not (seen[2] and seen[3] != version)  # no guess from a failed run after an edit
-            if call.effect == "sandboxed" and event.call_id not in promoted and seen and seen[0] == call.name and fair:
-                guess, guess_chars = "matched" if seen[1] == event.output else "mismatched", len(seen[1])
+            if call.effect == "sandboxed" and event.call_id not in promoted and seen is not None:
+                guess, guess_chars = "matched" if seen == event.output else "mismatched", len(seen)
             settle = settled.get(event.call_id)
             previous[event.step] = {"tool": call.name, "guess": guess, "duration": event.duration,
                                     "output_chars": len(event.output),  # a long wrong guess costs the most
@@ -104,8 +103,7 @@ def after_tool_steps(events: list[Event]) -> list[dict[str, Any]]:
                                     "settled": None if settle is None else settle.matched,
                                     "warmed_tokens": None if settle is None else settle.warmed_tokens}
             if call.effect not in ("mutating", "unknown"):
-                failed = event.is_error or event.exit_code not in (None, 0)
-                last[key] = (call.name, event.output, failed, event.workspace_version)
+                last[key] = LastRun.of(call.name, event)
             version = event.workspace_version
         elif isinstance(event, LLMStart):
             starts[event.step] = event.t

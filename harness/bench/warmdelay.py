@@ -31,8 +31,9 @@ from typing import Any
 
 from harness import protocol
 from harness.bench import emit, run_module
+from harness.bench.engine import run_one
 from harness.bench.live import machine
-from harness.engine.base import Chunk, Engine, LLMRequest, Usage
+from harness.engine.base import Engine, LLMRequest
 from harness.errors import UsageError
 from harness.speculation.observation import WARM_CHUNK_TOKENS, ObservationSpeculator
 from tools import default_tools, tool_specs
@@ -76,18 +77,10 @@ def history(nonce: int) -> list[dict[str, Any]]:
             {"role": "assistant", "content": f"I will run the tests again.\n{call}"}]
 
 
-async def drain(engine: Engine, request: LLMRequest) -> Usage:
-    """Send a request and wait for its final usage."""
-    last = Chunk()
-    async for chunk in engine.stream(request):
-        last = chunk
-    return last.usage or Usage()
-
-
 async def one_step(engine: Engine, case: str, mode: str, nonce: int, tool_s: float) -> dict[str, Any]:
     """One timed step: warm (or not) while the tool 'runs', then send the real next request."""
     before = history(nonce)
-    previous = await drain(engine, LLMRequest(f"prev-{nonce}", before[:2], max_tokens=1))
+    previous = await run_one(engine, LLMRequest(f"prev-{nonce}", before[:2], max_tokens=1))
     real = GUESS if case == "right" else PASSED
     speculator = ObservationSpeculator(engine, lambda event: None, time.monotonic,
                                        chunk_tokens=WHOLE if mode == "whole" else WARM_CHUNK_TOKENS)
@@ -100,7 +93,7 @@ async def one_step(engine: Engine, case: str, mode: str, nonce: int, tool_s: flo
     if warm is not None:
         warmed = warm.usage.prompt_tokens if warm.usage is not None else 0
         await speculator.settle(warm, real)
-    usage = await drain(engine, LLMRequest(f"real-{nonce}", [*before, protocol.result_message(CALL, real, False)],
+    usage = await run_one(engine, LLMRequest(f"real-{nonce}", [*before, protocol.result_message(CALL, real, False)],
                                            max_tokens=1))
     await speculator.close()
     return {"case": case, "mode": mode, "ttft": usage.ttft, "prompt": usage.prompt_tokens,
@@ -117,7 +110,7 @@ async def run_all(repeat: int, tool_s: float, progress: bool) -> tuple[list[dict
     nonces = random.Random().sample(range(10**7, 10**8), repeat * len(CASES) * len(MODES))
     rows: list[dict[str, Any]] = []
     try:
-        await drain(engine, LLMRequest("system", history(0)[:1], max_tokens=1))
+        await run_one(engine, LLMRequest("system", history(0)[:1], max_tokens=1))
         for rep in range(repeat):
             for case in CASES:
                 shift = (rep + CASES.index(case)) % len(MODES)

@@ -45,6 +45,30 @@ class SpecState(enum.IntEnum):
 
 
 @dataclass(frozen=True)
+class LastRun:
+    """A call's last real run, at whatever version: the guess of its output the next time it runs."""
+
+    tool: str
+    output: str
+    failed: bool
+    version: int  # the workspace version after it ran
+
+    @classmethod
+    def of(cls, tool: str, result: ToolResult) -> LastRun:
+        return cls(tool, result.output, result.is_error or result.exit_code not in (None, 0), result.workspace_version)
+
+    def guess(self, tool: str, version: int) -> str | None:
+        """The output, as a guess of the same call run at `version`, where it is a fair one.
+
+        A run that failed is no guess once the tree has changed since: an edit after a failing test run is
+        meant to change its output, and a wrong guess costs the engine a prefill the real step waits behind.
+        """
+        if tool != self.tool or (self.failed and version != self.version):
+            return None
+        return self.output
+
+
+@dataclass(frozen=True)
 class Budget:
     """How much speculative work may run at once, and what is worth starting."""
 
@@ -116,7 +140,7 @@ class SpeculationScheduler:
         self._reapers: set[asyncio.Task[None]] = set()
         self._calls: dict[str, tuple[ToolCall, int]] = {}  # calls waiting for their result, and their version
         self._seen: dict[str, tuple[int, Observation]] = {}  # key -> (version, observation) of real runs
-        self._last: dict[str, tuple[str, str, bool, int]] = {}  # key -> (tool, output, failed, version) of its last real run
+        self._last: dict[str, LastRun] = {}  # key -> its last real run, any version
         self._totals = {"launched": 0, "promoted": 0, "discarded": 0, "repeats": 0, "saved": 0.0, "wasted": 0.0}
 
     def observe(self, event: Event) -> None:
@@ -132,8 +156,7 @@ class SpeculationScheduler:
             if tool is None or tool.effect is Effect.MUTATING:
                 return
             key = canonical(call.name, call.arguments, str(self.workspace.root)).key
-            failed = event.is_error or event.exit_code not in (None, 0)
-            self._last[key] = (call.name, event.output, failed, event.workspace_version)
+            self._last[key] = LastRun.of(call.name, event)
             # A call that changed the tree (a test writing a report) may answer differently when repeated.
             if version == event.workspace_version:
                 observation = Observation(event.output, event.is_error, event.exit_code, event.truncated_chars)
@@ -169,16 +192,9 @@ class SpeculationScheduler:
         return tool.effect is not Effect.SANDBOXED or sandboxed < self.budget.max_sandboxed
 
     def last_output(self, call: ParsedCall) -> str | None:
-        """What the same call printed when it last really ran: a guess of its output, where it is a fair one.
-
-        A run that failed is no guess once the tree has changed since: an edit after a failing test run is
-        meant to change its output, and a wrong guess costs the engine a prefill the real step waits behind.
-        """
+        """What the same call printed when it last really ran: a guess of its output, where it is a fair one."""
         last = self._last.get(canonical(call.name, call.arguments, str(self.workspace.root)).key)
-        if last is None or last[0] != call.name:
-            return None
-        _, output, failed, version = last
-        return None if failed and version != self.workspace.version else output
+        return last.guess(call.name, self.workspace.version) if last is not None else None
 
     def _repeat(self, key: str, version: int) -> Observation | None:
         """The observation a real run of the same call produced at this same version, if there was one."""
