@@ -238,8 +238,10 @@ class CoScheduler:
 
     def _arrive(self, session_id: str, request: LLMRequest) -> _Entry:
         chars = sum(len(str(m.get("content") or "")) for m in request.messages)
-        ticket = Ticket(request.request_id, session_id, request.priority, self.now(),
-                        math.ceil(chars / CHARS_PER_TOKEN))
+        tokens = math.ceil(chars / CHARS_PER_TOKEN)
+        if request.prompt_limit is not None:  # a warm chunk pins its first tokens only
+            tokens = min(tokens, request.prompt_limit)
+        ticket = Ticket(request.request_id, session_id, request.priority, self.now(), tokens)
         entry = _Entry(ticket, request)
         self._entries[request.request_id] = entry
         self._record("arrive", ticket)

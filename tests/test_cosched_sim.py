@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from harness.cosched import FCFS, CoScheduler, Pacing, Record
+from harness.cosched import FCFS, CoScheduler, Decision, Pacing, Record, View
 from harness.engine.base import Chunk, LLMRequest
 from harness.engine.sim import SimEngine
 from harness.speculation.observation import WARM_PRIORITY
@@ -136,3 +136,27 @@ def test_finished_requests_teach_the_scheduler_each_sessions_progress() -> None:
         return {s: p.steps for s, p in cosched.sessions.items()}
 
     assert virtual(main) == {"s1": 3}
+
+
+def test_a_warm_chunk_counts_only_its_own_prompt_tokens() -> None:
+    """The policy weighs KV pinned by running requests: a chunk of a warm prefill pins its limit, not the prompt."""
+    class Seen(FCFS):
+        def __init__(self) -> None:
+            self.tickets: dict[str, int] = {}
+
+        def decide(self, view: View) -> Decision:
+            self.tickets.update((t.request_id, t.prompt_tokens) for t in view.waiting)
+            return super().decide(view)
+
+    long_prompt = [{"role": "user", "content": "x" * 3_400}]  # about 1,000 tokens by the estimate
+
+    async def main() -> dict[str, int]:
+        policy = Seen()
+        cosched = CoScheduler(SimEngine(FLAT), policy)
+        whole = LLMRequest("whole", long_prompt, max_tokens=1, priority=WARM_PRIORITY)
+        await drain(cosched, "s1", whole)
+        await drain(cosched, "s2", replace(whole, request_id="chunk", prompt_limit=256))
+        return policy.tickets
+
+    tickets = virtual(main)
+    assert tickets["whole"] == 1_000 and tickets["chunk"] == 256
