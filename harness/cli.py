@@ -26,6 +26,7 @@ from harness.errors import EngineUnavailable, TaoError, UsageError
 from harness.events import SessionEnd, TrajectoryWriter
 from harness.log import HumanLog
 from harness.session import Session, SessionConfig
+from harness.shutdown import terminate_as_interrupt
 from harness.speculation.model import PatternModel, default_model_path
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
@@ -244,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["tui", *argv]  # `tao` and `tao --resume` open the TUI
     args = build_parser().parse_args(argv)
+    terminate_as_interrupt()
     try:
         return args.func(args)
     except UsageError as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench.sandbox import machine, make_repo, measure_median
+from harness.shutdown import terminate_as_interrupt
 from sandbox import SPECULATIVE, Overlay, SandboxError, Workspace
 from sandbox.backends import ORDER, unavailable
 from sandbox.cleanup import sweep
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tao")
     register(parser.add_subparsers(dest="cmd", required=True))
     args = parser.parse_args(["sandbox", *(sys.argv[1:] if argv is None else argv)])
+    terminate_as_interrupt()
     return int(args.func(args))
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.errors import UsageError
+from harness.shutdown import terminate_as_interrupt
 
 
 def dump(result: dict[str, Any]) -> str:
@@ -31,8 +32,12 @@ def run_module(prog: str, add_arguments: Callable[[argparse.ArgumentParser], Non
     parser = argparse.ArgumentParser(prog=prog)
     add_arguments(parser)
     args = parser.parse_args(argv)
+    terminate_as_interrupt()
     try:
         return command(args)
     except UsageError as exc:
         print(f"tao: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("tao: interrupted", file=sys.stderr)
+        return 130

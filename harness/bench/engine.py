@@ -19,6 +19,7 @@ from typing import Any
 
 from harness.bench import emit
 from harness.engine.base import LLMRequest, Usage
+from harness.shutdown import terminate_as_interrupt
 
 FILLER = ("def handler_{i}(request):\n    \"\"\"Return the response for request {i}.\"\"\"\n"
           "    value = request.get('value', {i}) * 2\n    return {{'id': {i}, 'value': value}}\n\n")
@@ -118,6 +119,7 @@ def table(result: dict[str, Any]) -> str:
 
 def main(prompt_tokens: int = 4096, concurrency: list[int] | None = None, decode_tokens: int = 128) -> int:
     """Run the benchmark, print JSON on stdout and the table on stderr."""
+    terminate_as_interrupt()
     result = asyncio.run(bench(prompt_tokens, concurrency or [1, 4, 16], decode_tokens))
     emit(result, table)
     return 0
