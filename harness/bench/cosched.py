@@ -154,12 +154,17 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(levels: list[int], engine_kind: str, profile_name: str | None, only: list[str] | None, model: Path | None,
         most_groups: int | None, progress: bool = True, partial: Path | None = None,
-        modes: tuple[str, ...] = runner.MODES) -> dict[str, Any]:
+        modes: tuple[str, ...] = runner.MODES, traces: Path | None = None,
+        holdout: float | None = None) -> dict[str, Any]:
     """The whole benchmark: load the workload, run every level in every mode, summarize."""
     if engine_kind not in ("sim", "embedded"):
         raise UsageError(f"--engine must be sim or embedded, not {engine_kind!r}")
     if not levels or min(levels) < 1:
         raise UsageError("--sessions takes a comma-separated list of positive counts, e.g. 1,8,32")
+    if holdout is not None and not 0 < holdout < 1:
+        raise UsageError(f"--holdout {holdout}: give the held-out share as a fraction between 0 and 1, e.g. 0.3")
+    if holdout is not None and traces is None:
+        raise UsageError("--holdout splits --traces; give --traces DIR too")
     if most_groups is not None and most_groups < 1:
         raise UsageError(f"--groups {most_groups}: give a positive number of runs per level")
     profile = profile_for(profile_name or ("cpu" if engine_kind == "embedded" else "gpu"))
@@ -169,7 +174,7 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
     before = machine()
 
     async def main() -> tuple[list[dict[str, Any]], runner.Workload]:
-        workload = await runner.load_workload(only, model_path, cache_dir())
+        workload = await runner.load_workload(only, model_path, cache_dir(), traces, holdout)
         return await run_levels(levels, engine_kind, profile, workload, most, progress, partial, modes), workload
 
     factory = VirtualClockLoop if engine_kind == "sim" else None
@@ -179,6 +184,7 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
     result_ratios = ratios(rows)
     return {"config": {"engine": engine_kind, "profile": profile.name, "levels": levels, "groups_at_most": most,
                        "model": model_note, "pacing": asdict(pacing), "sessions": [s.name for s in workload.sessions],
+                       "workload": str(traces) if traces is not None else "examples/sessions", "holdout": holdout,
                        "wall_seconds": round(time.perf_counter() - started, 1)},
             "levels": rows, "ratios": result_ratios, "targets": targets(result_ratios),
             "machine": {**before, "load_after": machine()["load"]}}
@@ -227,6 +233,8 @@ EXAMPLES = """\
 examples:
   tao bench cosched --sessions 1,8,32,64,128,192 --engine sim            # simulated A100 (virtual clock)
   tao bench cosched --sessions 1,4,16 --engine embedded --json > r.json  # the real vLLM CPU engine
+  tao bench cosched --engine sim --traces ../shared/traces/mini-swe-agent-gemini-3-pro-swebench-verified \
+                    --holdout 0.3                                        # real SWE-bench trajectories
   tao bench cosched-plot sim.json r.json --out docs/cosched.png"""
 
 
@@ -240,6 +248,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                          "simulator runs it, the co-scheduler paces by it (default: gpu for sim, "
                                          "cpu for embedded)")
     parser.add_argument("--only", help="comma-separated recorded session names (default: all)")
+    parser.add_argument("--traces", type=Path, help="drive the sessions from other agents' trajectories under this "
+                                                    "directory (any `tao traces import` format) instead of "
+                                                    "examples/sessions; tools take their modelled latency")
+    parser.add_argument("--holdout", type=float, help="with --traces: only the held-out split of `tao bench predict` "
+                                                      "(a stable hash of the instance id), e.g. 0.3")
     parser.add_argument("--model", type=Path, help="learned pattern model for the speculating modes")
     parser.add_argument("--groups", type=int, help="runs per level below the workload's size, to cover every "
                                                    "session (default: 8 for sim, 1 for embedded)")
@@ -259,7 +272,8 @@ def cmd_cosched(args: argparse.Namespace) -> int:
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
     if not modes or set(modes) - set(runner.MODES):
         raise UsageError(f"--modes {args.modes!r}: choose from {', '.join(runner.MODES)}")
-    result = run(levels, args.engine, args.profile, only, args.model, args.groups, partial=args.partial, modes=modes)
+    result = run(levels, args.engine, args.profile, only, args.model, args.groups, partial=args.partial, modes=modes,
+                 traces=args.traces, holdout=args.holdout)
     emit(result, table, as_json=args.json)
     return 0
 

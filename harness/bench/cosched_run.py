@@ -21,10 +21,12 @@ from typing import Any
 from harness import protocol
 from harness.bench import sessions as recorded
 from harness.bench.simtools import Book, record_book, sim_tools
+from harness.bench.trace_workload import trace_workload
 from harness.cosched import FCFS, CoScheduler, Pacing, Policy
 from harness.engine.base import Engine, LLMRequest
 from harness.engine.replay import ForcedReplayEngine
 from harness.engine.sim import Profile
+from harness.errors import UsageError
 from harness.events import Event, LLMEnd, SpecObsSettle, SpecSummary
 from harness.session import Session, SessionConfig
 from harness.speculation.model import PatternModel
@@ -37,8 +39,10 @@ WAIT_TURNS = 8  # bounded wait: a request waits at most this many typical turns 
 # The knee: the batch at which decode reaches this share of the rate with the whole KV cache decoding.
 # Holding sessions back costs the throughput between the knee and the peak: at 0.8 (61 sequences on the
 # GPU profile, against 145 whose contexts fit its KV cache) pacing at 64 sessions was already slower
-# than not pacing, so the knee sits near the KV cache's limit, where flooding starts to cost recomputation.
-KNEE_SHARE = 0.95
+# than not pacing. At 0.95 (26 sequences of the SWE-bench trajectories' 13k-token mean context) 32
+# sessions ran 2% slower than unpaced, their contexts still fitting. So the knee is where the KV cache is
+# full at the mean context, and Pacing's KV budget adjusts it to the contexts actually in flight.
+KNEE_SHARE = 1.0
 SPEC_SHARE = 0.25  # speculative prefills start only while fewer than this share of the knee are in flight
 
 
@@ -75,10 +79,20 @@ class Workload:
         return profile.step.prefill_seconds(int(new), context) + answer * step
 
 
-async def load_workload(only: list[str] | None, model: Path | None, cache: Path) -> Workload:
-    """The sessions of examples/sessions and their books (recorded with the real tools on first use)."""
+async def load_workload(only: list[str] | None, model: Path | None, cache: Path, traces: Path | None = None,
+                        holdout: float | None = None) -> Workload:
+    """The sessions of examples/sessions and their books (recorded with the real tools on first use), or
+    other agents' trajectories under `traces` (their held-out split with `holdout`; harness.bench.trace_workload)."""
     from harness.bench.live import bench_environment
 
+    if traces is not None:
+        sessions, books = trace_workload(traces, holdout)
+        if only:
+            keep = [i for i, s in enumerate(sessions) if s.name in only]
+            if not keep:
+                raise UsageError(f"--only: none of {', '.join(only)} is a trajectory under {traces}")
+            sessions, books = [sessions[i] for i in keep], [books[i] for i in keep]
+        return Workload(sessions, books, PatternModel.load(model) if model is not None else None)
     selected = recorded.load_sessions(recorded.SESSIONS_DIR, only)
     bench_environment()  # the real tools run as `tao bench live` runs them, should a book be recorded
     books = [await record_book(session, cache) for session in selected]
