@@ -9,11 +9,14 @@ that goes away aborts its request. What to admit is decided by a policy from pur
 a `Decision` out), as vLLM's scheduler decides and never runs the model:
 
 - `FCFS`: admit everything at once with its own priority: plain vLLM, the baseline.
-- `Pacing`: keep the engine near its throughput knee; among waiting requests prefer sessions whose
-  prefix is probably still in the KV cache, then those closest to their end; admit any request that has
-  waited `max_wait` whatever the load (nobody starves); admit speculative prefills (priority >=
-  WARM_PRIORITY) last, only when no authoritative request waits and fewer than `spec_room` requests are
-  in flight, and abort running ones when an authoritative request waits.
+- `Pacing`: keep the engine at or below its throughput knee, and the prompts in flight within the KV
+  cache; among waiting requests prefer sessions whose prefix is probably still in the KV cache, then
+  those closest to their end; a request of a started session that has waited `max_wait` goes first
+  (nobody starves), still within the knee: admitting it over the knee would slow every request and
+  evict the prefixes of the others. A session's first request has no bound; it waits for room, as in a
+  batch queue: under overload, starting every waiting session in turn re-prefills each from scratch.
+  Speculative prefills (priority >= WARM_PRIORITY) go last, only when no authoritative request waits
+  and fewer than `spec_room` requests are in flight, and are aborted when an authoritative request waits.
 
 Residency is estimated from the engine's own reports: each finished request's uncached prompt tokens
 and output tokens count as tokens written into the KV cache; a session's prefix is taken as resident
@@ -38,6 +41,8 @@ CHARS_PER_TOKEN = 3.4  # prompt size estimate before the engine reports the real
 # A request this close to its bounded wait counts as aged. Timers may fire up to the clock's resolution
 # early; without this margin, a wake-up in float rounding distance would be asked for again and again.
 EARLY = 1e-3
+# Share of the KV cache the prompts of running requests may fill: the rest is room for their answers.
+KV_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -105,14 +110,14 @@ class FCFS:
 
 @dataclass(frozen=True)
 class Pacing:
-    """Admit up to the knee, cached and nearly finished sessions first, the aged at once, speculation last."""
+    """Admit up to the knee and the KV cache: the aged first, then cached and nearly finished sessions, speculation last."""
 
     knee: int
     """Requests in flight at which the engine's throughput stops growing much (from calibration)."""
     kv_tokens: int
     """KV cache capacity of the engine, in tokens."""
     max_wait: float
-    """Seconds after which a waiting authoritative request is admitted whatever the load."""
+    """Seconds after which a started session's waiting request goes ahead of every other one."""
     expected_steps: int = 10
     """Typical session length in requests, to guess remaining work from progress."""
     spec_room: int | None = None
@@ -124,11 +129,17 @@ class Pacing:
         sessions_in = {t.session_id for t in view.waiting + view.running if not t.speculative}
         drop = tuple(t.request_id for t in view.waiting if t.speculative and t.session_id in sessions_in)
         waiting = [t for t in view.waiting if not t.speculative]
-        aged = [t for t in waiting if t.arrived + self.max_wait <= view.now + EARLY]
+        aged = [t for t in waiting if self.ages(t, view)]
         pinned = sum(t.prompt_tokens for t in view.running)
-        ranked = sorted((t for t in waiting if t not in aged), key=lambda t: self.rank(t, view, pinned))
-        room = max(0, self.knee - len(view.running) - len(aged))
-        admitted, held = aged + ranked[:room], ranked[room:]
+        ranked = aged + sorted((t for t in waiting if t not in aged), key=lambda t: self.rank(t, view, pinned))
+        room, free = max(0, self.knee - len(view.running)), self.kv_tokens * KV_SHARE - pinned
+        admitted: list[Ticket] = []
+        for ticket in ranked[:room]:  # in order: a request that does not fit waits, and so do those after it
+            if ticket.prompt_tokens > free and (view.running or admitted):
+                break
+            admitted.append(ticket)
+            free -= ticket.prompt_tokens
+        held = ranked[len(admitted):]
         decision = [(t.request_id, t.priority) for t in admitted]
         abort: tuple[str, ...] = ()
         if held:  # authoritative requests wait: speculation gives way
@@ -137,8 +148,14 @@ class Pacing:
             free = (self.knee if self.spec_room is None else self.spec_room) - len(view.running) - len(admitted)
             spare = [t for t in view.waiting if t.speculative and t.request_id not in drop]
             decision += [(t.request_id, t.priority) for t in spare[:max(0, free)]]
-        wake = min((t.arrived + self.max_wait - view.now for t in held), default=None)
+        wake = min((t.arrived + self.max_wait - view.now for t in held
+                    if t not in aged and t.session_id in view.sessions), default=None)
         return Decision(tuple(decision), abort, drop, wake)
+
+    def ages(self, ticket: Ticket, view: View) -> bool:
+        """Whether a request has waited its bound. A session's first request has none: it waits for a
+        session to end (admission control, as a batch queue), or every session would be re-prefilled in turn."""
+        return ticket.session_id in view.sessions and ticket.arrived + self.max_wait <= view.now + EARLY
 
     def rank(self, ticket: Ticket, view: View, pinned: int) -> tuple[bool, int, float]:
         """Sort key: prefix probably cached first, then least remaining work, then arrival."""

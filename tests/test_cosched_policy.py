@@ -33,7 +33,9 @@ def test_fcfs_admits_everything_at_once_with_its_own_priority() -> None:
 
 
 def test_pacing_admits_up_to_the_knee_in_arrival_order_when_nothing_else_differs() -> None:
-    decision = PACING.decide(view([ticket("a", "s1", 1.0), ticket("b", "s2", 2.0), ticket("c", "s3", 3.0)]))
+    started = {s: Progress(steps=1) for s in ("s1", "s2", "s3")}
+    decision = PACING.decide(view([ticket("a", "s1", 1.0), ticket("b", "s2", 2.0), ticket("c", "s3", 3.0)],
+                                  sessions=started))
     assert admitted(decision) == ["a", "b"]
     assert decision.wake_in == 3.0 + 30.0 - 10.0  # when "c" will have waited max_wait
 
@@ -67,28 +69,54 @@ def test_among_cached_sessions_the_one_closest_to_its_end_goes_first() -> None:
     assert admitted(decision) == ["l"]
 
 
-def test_a_session_that_never_ran_waits_behind_cached_ones_but_not_forever() -> None:
-    sessions = {"cached": Progress(steps=2, context_tokens=1_000, written_at_end=0)}
-    waiting = [ticket("new", "new", 0.0), ticket("c", "cached", 5.0)]
+def test_a_started_sessions_request_waits_behind_cached_ones_but_not_forever() -> None:
+    sessions = {"cached": Progress(steps=2, context_tokens=1_000, written_at_end=0),
+                "evicted": Progress(steps=2, context_tokens=1_000, written_at_end=None)}
+    waiting = [ticket("e", "evicted", 0.0), ticket("c", "cached", 5.0)]
     decision = PACING.decide(view(waiting, running=[ticket("r", "x")], sessions=sessions, now=10.0, written=100))
     assert admitted(decision) == ["c"]
-    assert decision.wake_in == 20.0  # "new" arrived at 0 and may wait 30 s
+    assert decision.wake_in == 20.0  # "e" arrived at 0 and may wait 30 s
     later = PACING.decide(view(waiting, running=[ticket("r", "x")], sessions=sessions, now=30.0, written=100))
-    assert admitted(later)[0] == "new"
+    assert admitted(later)[0] == "e"
 
 
-def test_bounded_wait_admits_aged_requests_over_the_knee() -> None:
+def test_a_session_that_never_ran_waits_for_room_without_a_bound() -> None:
+    """Admission control: starting every waiting session in turn would re-prefill each of them, evicted."""
+    sessions = {"cached": Progress(steps=2, context_tokens=1_000, written_at_end=0)}
+    waiting = [ticket("new", "new", 0.0), ticket("c", "cached", 5.0)]
+    decision = PACING.decide(view(waiting, running=[ticket("r", "x")], sessions=sessions, now=100.0, written=100))
+    assert admitted(decision) == ["c"] and decision.wake_in is None
+    room = PACING.decide(view([ticket("new", "new", 0.0)], sessions=sessions, now=100.0, written=100))
+    assert admitted(room) == ["new"]
+
+
+def test_aged_requests_go_first_but_within_the_knee() -> None:
+    sessions = {"s1": Progress(steps=1), "s2": Progress(steps=1)}
     running = [ticket("r1", "x1"), ticket("r2", "x2")]
-    decision = PACING.decide(view([ticket("aged", "s1", 0.0), ticket("young", "s2", 25.0)], running, now=31.0))
-    assert admitted(decision) == ["aged"]  # the knee is full; only waiting that long overrides it
-    assert decision.wake_in == 25.0 + 30.0 - 31.0
+    full = PACING.decide(view([ticket("aged", "s1", 0.0), ticket("young", "s2", 25.0)], running,
+                              sessions=sessions, now=31.0))
+    assert admitted(full) == []  # flooding the engine past its knee would slow every request in it
+    assert full.wake_in == 25.0 + 30.0 - 31.0  # "young" ages then; "aged" needs no timer, it is first in line
+    one_free = PACING.decide(view([ticket("young", "s2", 25.0), ticket("aged", "s1", 0.0)], running[:1],
+                                  sessions=sessions, now=31.0))
+    assert admitted(one_free) == ["aged"]
 
 
 def test_aged_requests_take_the_free_slots_before_ranked_ones() -> None:
-    sessions = {"hot": Progress(steps=9, context_tokens=1_000, written_at_end=0)}
+    sessions = {"hot": Progress(steps=9, context_tokens=1_000, written_at_end=0), "cold": Progress(steps=1)}
     decision = PACING.decide(view([ticket("aged", "cold", 0.0), ticket("h", "hot", 29.0)],
                                   running=[ticket("r", "x")], sessions=sessions, now=30.0, written=10))
     assert admitted(decision) == ["aged"]
+
+
+def test_prompts_in_flight_stay_within_the_kv_cache() -> None:
+    pacing = Pacing(knee=8, kv_tokens=10_000, max_wait=30.0)  # 9,000 tokens of prompts at most (KV_SHARE)
+    running = [ticket("r", "x", tokens=5_000)]
+    decision = pacing.decide(view([ticket("a", "s1", 1.0, tokens=3_000), ticket("b", "s2", 2.0, tokens=3_000),
+                                   ticket("c", "s3", 3.0, tokens=500)], running))
+    assert admitted(decision) == ["a"]  # "b" would not fit; "c" is behind it and waits too
+    alone = pacing.decide(view([ticket("huge", "s1", tokens=50_000)]))
+    assert admitted(alone) == ["huge"]  # with nothing running, even a prompt larger than the budget goes
 
 
 def test_speculative_prefill_waits_while_an_authoritative_request_waits_and_running_ones_are_aborted() -> None:
@@ -129,8 +157,10 @@ def test_a_wait_that_ends_within_rounding_counts_as_over_so_the_wake_up_is_never
     arrived = 16.2
     now = arrived + 32.240614000298415  # now - arrived falls just short of max_wait in floating point
     pacing = Pacing(knee=2, kv_tokens=10_000, max_wait=32.240614000298415)
-    decision = pacing.decide(view([ticket("a", "s1", arrived), ticket("b", "s2", now - 5.0)], running, now=now))
-    assert admitted(decision) == ["a"]
+    sessions = {"s1": Progress(steps=1), "s2": Progress(steps=1)}
+    decision = pacing.decide(view([ticket("a", "s1", arrived), ticket("b", "s2", now - 5.0)], running, sessions,
+                                  now=now))
+    assert admitted(decision) == [] and decision.wake_in is not None
     assert decision.wake_in is not None and decision.wake_in >= EARLY
 
 

@@ -28,6 +28,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.bench.cosched_run import KNEE_SHARE
 from harness.bench.replay_policies import TAKE
 from harness.bench.timeline import Launch, Plan, serve
 from harness.engine.sim import GPU, Profile
@@ -125,7 +126,8 @@ def simulate(items: list[tuple[list[Any], list[Plan], float]], n: int, tpot: flo
         if not running:
             t = max(t, min(s.ready for s in sessions if s not in waiting))
             continue
-        wake = min((s.arrived + pacing.max_wait for s in waiting), default=float("inf")) if pacing else float("inf")
+        ages = [s.arrived + pacing.max_wait for s in waiting if s.step > 0] if pacing else []
+        wake = min((a for a in ages if a > t), default=float("inf"))  # the aged reorder the queue, nothing more
         t = _advance(running, engine, t, prefill, sessions, wake)
         for done in [s for s in sessions if s.finished is not None]:
             times.append(done.finished - starts[id(done)])  # type: ignore[operator]
@@ -141,7 +143,7 @@ def pacing_for(items: list[tuple[list[Any], list[Plan], float]], tpot: float, pr
     """The co-scheduler's knee, bounded wait and typical length for this workload."""
     steps = [step for item in items for step in item[0]]
     context = mean_context(items)
-    knee = GPU.knee(context)
+    knee = GPU.knee(context, KNEE_SHARE)
     g = GPU.step.seconds(knee, knee * context, 0, 0) / GPU.step.seconds(1, context, 0, 0)
     turn = statistics.fmean(s.output_tokens * tpot * g + s.prefill_tokens / prefill_tps for s in steps)
     return Pacing(knee, WAIT_TURNS * turn, round(len(steps) / len(items)))
@@ -150,20 +152,21 @@ def pacing_for(items: list[tuple[list[Any], list[Plan], float]], tpot: float, pr
 def _admit(waiting: list[Session], running: list[Session], sessions: list[Session], engine: Engine, t: float,
            pacing: Pacing | None) -> list[Session]:
     """FCFS (no pacing): in arrival order while the KV cache has room, stopping at the first that does not
-    fit, as vLLM does; paced: also at most `knee` running, the aged first, then resident sessions, then
-    the least expected work left, then arrival."""
+    fit, as vLLM does; paced: also at most `knee` running, the aged first (a started session's request that
+    waited `max_wait`; a first request has no bound), then resident sessions, then the least expected work
+    left, then arrival: harness.cosched.Pacing's rule."""
     if pacing is None:
         order = sorted(waiting, key=lambda s: s.arrived)
     else:
-        order = sorted(waiting, key=lambda s: (t - s.arrived < pacing.max_wait, not engine.resident(s, sessions),
+        order = sorted(waiting, key=lambda s: (s.step == 0 or t - s.arrived < pacing.max_wait,
+                                               not engine.resident(s, sessions),
                                                max(1, pacing.expected_steps - s.step), s.arrived))
     room = engine.profile.kv_tokens - sum(s.context for s in running)
     count = len(running)
     admitted: list[Session] = []
     for s in order:
         need = s.context + s.steps[s.step].prefill_tokens + s.steps[s.step].output_tokens
-        overdue = pacing is not None and t - s.arrived >= pacing.max_wait
-        if (need > room and running + admitted) or (pacing is not None and count >= pacing.knee and not overdue):
+        if (need > room and running + admitted) or (pacing is not None and count >= pacing.knee):
             break
         admitted.append(s)
         room -= need

@@ -64,7 +64,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="co-scheduling policy: pacing (default) or fcfs (every request at once, plain vLLM)")
     p.add_argument("--knee", type=int, default=4, help="pacing: requests in flight the engine serves well (default 4)")
     p.add_argument("--kv-tokens", type=int, default=46_000, help="pacing: the engine's KV cache in tokens")
-    p.add_argument("--max-wait", type=float, default=120.0, help="pacing: seconds before a request is admitted anyway")
+    p.add_argument("--max-wait", type=float, default=120.0,
+                   help="pacing: seconds after which a started session's request goes ahead of the others")
     p.add_argument("--sim", choices=("cpu", "gpu"),
                    help="with --replay DIR: force the scripted turns through a simulated vLLM engine (benchmarks)")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
