@@ -293,7 +293,9 @@ class Session:
         match event:
             case protocol.CallStart():
                 self.launch("b", Partial(text=parser.text))
-            case protocol.CallName(name=name):
+            case protocol.CallName(index=index, name=name):
+                if index == 0 and self.active_speculation is not None:
+                    self.active_speculation.narrow(name)  # its place may go to a candidate of this tool
                 self.launch("c", Partial(text=parser.text, name=name))
             case protocol.CallArgs(index=index, name=name, partial=raw) if index not in self._prefixed:
                 if len(prefix := args_prefix_of(raw)) >= PREFIX_CHARS:

@@ -63,6 +63,11 @@ def test_wasted_cpu_counts_a_wrong_run_until_the_real_call_arrives() -> None:
     assert line.wasted == pytest.approx(2.0 + 0.01 + 0.1)
 
 
+def test_a_wrong_run_ruled_out_at_c_costs_cpu_only_until_then() -> None:
+    line = simulate([STEP], [Plan((Launch(),), misses=(Miss("a", 5.0, 0.01, until="c"),))], TPOT, TPS)
+    assert line.wasted == pytest.approx(1.6 + 0.01)  # (c) comes 1.6 s into the step
+
+
 def test_every_prediction_missing_costs_no_more_than_the_overhead() -> None:
     steps = [Step(500 + 100 * i, 80, 40, 5, (0.05 * i, 1.0)) for i in range(6)]
     serial = simulate(steps, [Plan() for _ in steps], TPOT, TPS)
@@ -119,6 +124,35 @@ def test_plans_when_every_prediction_misses() -> None:
     assert line.wasted > 0
     oracle = simulate(trace.steps, plans(trace, "oracle")[0], TPOT, TPS)
     assert oracle.total <= line.total
+
+
+class LateAnalyzer:
+    """Proposes a script run at (a) and (b), and the real test run only once the call has begun, at (c)."""
+
+    def __init__(self) -> None:
+        self.script = self._candidate("bash", "python reproduce.py")
+        self.test = self._candidate("run_tests", "python -m pytest tests/test_a.py")
+
+    @staticmethod
+    def _candidate(name: str, command: str) -> Candidate:
+        action = canonical("bash", {"command": command}, "/repo")
+        return Candidate(name, {"command": command}, action.key, action.kind, action.effect, 0.9, 3.5, 0.1, 3.1, "t")
+
+    def observe(self, event: Any) -> None:
+        pass
+
+    def predict(self, moment: str = "a", partial: Any = None, k: int = 3, order: str = "utility") -> list[Candidate]:
+        return [self.test if moment == "c" else self.script]
+
+
+def test_the_calls_first_characters_free_the_overlay_a_wrong_guess_holds() -> None:
+    events = recorded("late", [TEST_RUN]).end("finished", "").events
+    trace = build("late", events)
+    decide(trace, LateAnalyzer(), events)  # type: ignore[arg-type]
+    tao, tally = plans(trace, "tao")  # one overlay at a time: the script run holds it from (a)
+    assert tao[0].launches[0].at == "c"  # "python -" rules the script out at (c); the test run takes its place
+    [miss] = tao[0].misses
+    assert miss.at == "a" and miss.until == "c" and tally.ruled_out_wrongly == 0
 
 
 def test_command_prints_the_json_keys(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -197,3 +197,19 @@ async def test_a_failed_run_is_a_guess_of_its_output_only_until_the_tree_changes
     workspace.bump()
     assert scheduler.last_output(test) is None and scheduler.last_output(lint) == "exit 0"
     await scheduler.close()
+
+
+async def test_once_the_call_is_named_speculations_of_other_tools_give_up_their_place(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    scheduler, events = make(repo, ("run_tests", {}), ("read_file", {"path": "calc/ops.py"}),
+                             budget=Budget(max_sandboxed=1))
+    launched = scheduler.launch("a", 1)
+    assert {s.candidate.name for s in launched} == {"run_tests", "read_file"}
+    scheduler.narrow("read_file")
+    assert [s.candidate.name for s in scheduler.specs.values()] == ["read_file"]
+    [discard] = of(events, SpecDiscard)
+    assert discard.reason == "the model is calling read_file"
+    observation = await scheduler.take(ParsedCall("c1", "read_file", {"path": "calc/ops.py"}))
+    await scheduler.close()
+    assert observation is not None and observation.text == await authoritative(repo, "read_file",
+                                                                               {"path": "calc/ops.py"})

@@ -118,7 +118,8 @@ def accuracy(prepared: list[Prepared]) -> dict[str, Any]:
             "served_by_moment": dict(sorted(moments.items())), "a_top1": top1 / len(decided) if decided else 0.0,
             "a_top3": top3 / len(decided) if decided else 0.0, "measured_durations": measured,
             "launched": sum(p.tallies["tao"].launched for p in prepared),
-            "warmed": sum(p.tallies["tao"].warmed for p in prepared)}
+            "warmed": sum(p.tallies["tao"].warmed for p in prepared),
+            "ruled_out_wrongly": sum(p.tallies["tao"].ruled_out_wrongly for p in prepared)}
 
 
 def run(train_dir: Path, test_dir: Path, tpots_ms: list[float], sessions: int = 1, holdout: float = 0.3,

@@ -23,6 +23,8 @@ from harness.bench.replay_trace import CallInfo, Trace, hit, runnable
 from harness.bench.timeline import Launch, Miss, Plan
 from harness.speculation.action import MUTATING, SANDBOXED, UNKNOWN, changes_workspace
 from harness.speculation.patterns import Candidate
+from harness.speculation.prefix import agrees, first_value
+from harness.speculation.replay import PREFIX_CHARS
 from harness.speculation.scheduler import Budget
 
 POLICIES = ("baseline", "tao", "paste", "spork", "aospec", "oracle", "oracle_obs", "oracle_speculable")
@@ -44,6 +46,7 @@ class Tally:
     by_moment: dict[str, int] = field(default_factory=dict)
     warmed: int = 0
     launched: int = 0
+    ruled_out_wrongly: int = 0  # right speculations that a call's name and first characters ruled out
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
         launches, misses, warm = [], [], ""
         for info in step_calls:
             tally.calls += 1
-            launch, missed = _serve(info, policy, seen, tally, budget)
+            launch, missed = _serve(info, policy, seen, tally, budget, trace.root)
             launches.append(launch)
             misses.extend(missed)
             warm = _warm(info, launch, policy, last)
@@ -88,8 +91,8 @@ def _known(info: CallInfo, seen: dict[str, int]) -> bool:
     return info.action.effect not in (MUTATING, UNKNOWN) and seen.get(info.action.key) == info.version
 
 
-def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally,
-           budget: Budget) -> tuple[Launch, list[Miss]]:
+def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budget: Budget,
+           root: str = "") -> tuple[Launch, list[Miss]]:
     if policy in ("oracle", "oracle_obs"):
         return (Launch("r") if _known(info, seen) else Launch("o")), []
     if policy == "oracle_speculable":
@@ -102,16 +105,29 @@ def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally,
         return Launch("r"), []
     if not spec.moments or not info.first or info.decision is None:
         return Launch(), []
-    return _speculate(info, spec.moments, tally, budget)
+    return _speculate(info, spec.moments, tally, budget, root)
 
 
-def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally,
-               budget: Budget) -> tuple[Launch, list[Miss]]:
-    """Launch candidates moment by moment as the scheduler admits them; the call's own, if any, serves it."""
+def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: Budget,
+               root: str = "") -> tuple[Launch, list[Miss]]:
+    """Launch candidates moment by moment as the scheduler admits them; the call's own, if any, serves it.
+
+    At (c) the call's name and first characters rule out running speculations that cannot be it (the
+    live scheduler's `narrow`), which frees their places for (c)'s candidates."""
     assert info.decision is not None
     running: list[tuple[str, Candidate]] = []
+    ruled_out: list[tuple[str, Candidate]] = []
     served: Launch | None = None
+    winner: Candidate | None = None
     for moment in moments:
+        if moment == "c":
+            prefix = first_value(info.call.arguments)[:PREFIX_CHARS]
+            out = [(m, c) for m, c in running if not _may_be(c, info.call.name, prefix, root)]
+            running = [pair for pair in running if pair not in out]
+            ruled_out += out
+            if winner is not None and any(c is winner for _, c in out):
+                served, winner = None, None  # ruled out wrongly: the call runs unless (c) starts it again
+                tally.ruled_out_wrongly += 1
         for candidate in info.decision.top(moment, budget.k, "utility"):
             if not _admit(candidate, running, budget):
                 continue
@@ -122,9 +138,20 @@ def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally,
                 delay = info.decision.seconds.get(moment, 0.0) + (OVERLAY_CREATE if sandboxed else PURE_LAUNCH)
                 served = Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
                 winner = candidate
-    misses = [Miss(m, c.latency_saved, OVERLAY_CREATE + OVERLAY_DISCARD if c.effect == SANDBOXED else 0.0)
-              for m, c in running if served is None or c is not winner]
+    misses = [Miss(m, c.latency_saved, _fixed(c)) for m, c in running if served is None or c is not winner]
+    misses += [Miss(m, c.latency_saved, _fixed(c), until="c") for m, c in ruled_out]
     return served or Launch(), misses
+
+
+def _may_be(candidate: Candidate, name: str, prefix: str, root: str) -> bool:
+    """Whether a running speculation can still serve the call whose name and first characters are known.
+    A whole-file read stays: a view of that file or a grep in it is derived from it (see `hit`)."""
+    return candidate.kind == "read" or agrees(candidate.name, candidate.arguments, name, prefix, root)
+
+
+def _fixed(candidate: Candidate) -> float:
+    """CPU-seconds a wrong speculation costs however short it ran."""
+    return OVERLAY_CREATE + OVERLAY_DISCARD if candidate.effect == SANDBOXED else 0.0
 
 
 def _admit(candidate: Candidate, running: list[tuple[str, Candidate]], budget: Budget) -> bool:

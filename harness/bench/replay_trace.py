@@ -53,6 +53,7 @@ class Trace:
     """A trajectory as steps, with the calls of each step."""
 
     session_id: str
+    root: str = ""  # the workspace path the agent's commands name
     steps: list[Step] = field(default_factory=list)
     calls: list[list[CallInfo]] = field(default_factory=list)
 
@@ -70,6 +71,7 @@ def build(session_id: str, events: list[Event], latency: str = "trace") -> Trace
     for event in events:
         if isinstance(event, SessionStart):
             root, pending = event.repo, INSTRUCTION_TOKENS + tokens(event.task)
+            trace.root = root
         elif isinstance(event, LLMEnd):
             turns.append({"prefill": pending, "text": event.text, "output": event.output_tokens})
             pending = 0

@@ -57,6 +57,8 @@ class Miss:
     seconds: float
     fixed: float = 0.0
     """CPU-seconds it costs however short it ran (an overlay made and discarded)."""
+    until: str = ""
+    """Moment it was discarded at, when before the model's call ended (a later moment ruled it out)."""
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,8 @@ def simulate(steps: list[Step], plans: list[Plan], tpot: float, prefill_tps: flo
             line.overhead += cost + (launch.extra + launch.delay if launch.at in ("a", "b", "c") else 0.0)
             cursor = ready
         for miss in plan.misses:
-            line.wasted += min(miss.seconds, max(0.0, end - moments[miss.at])) + miss.fixed
+            stop = moments[miss.until] if miss.until else end
+            line.wasted += min(miss.seconds, max(0.0, stop - moments[miss.at])) + miss.fixed
         nxt = steps[index + 1].prefill_tokens / prefill_tps if index + 1 < len(steps) else 0.0
         hidden = nxt if plan.warm == "full" else min(nxt, cursor - end) if plan.warm == "warm" else 0.0
         line.llm += end - start

@@ -14,6 +14,7 @@ from typing import Any
 
 from harness.speculation import dataflow
 from harness.speculation.action import Action
+from harness.speculation.canonical import canonical
 from harness.speculation.state import SessionState
 
 _FIRST_STRING = re.compile(r'\s*\{\s*"(?:[^"\\]|\\.)*"\s*:\s*"((?:[^"\\]|\\.)*\\?)')
@@ -70,12 +71,22 @@ def spellings(action: Action) -> list[str]:
 
 def consistent(proposal: dataflow.Proposal, name: str, prefix: str, root: str = "") -> bool:
     """Whether a candidate can be the call whose name and first argument characters are known."""
-    if name == proposal.name and first_value(proposal.arguments).startswith(prefix):
+    return _agrees(proposal.name, proposal.arguments, proposal.action, name, prefix, root)
+
+
+def agrees(call_name: str, arguments: dict[str, Any], name: str, prefix: str, root: str = "") -> bool:
+    """Whether a speculated call (already running) can still be the call whose name and first characters
+    are known: the rule `consistent` applies to candidates, so that a speculation it rules out frees its place."""
+    return _agrees(call_name, arguments, canonical(call_name, arguments, root), name, prefix, root)
+
+
+def _agrees(call_name: str, arguments: dict[str, Any], action: Action, name: str, prefix: str, root: str) -> bool:
+    if name == call_name and first_value(arguments).startswith(prefix):
         return True
-    if name == proposal.action.tool:
-        return _starts(first_value(proposal.action.args), prefix, root, partial=True)
+    if name == action.tool:
+        return _starts(first_value(action.args), prefix, root, partial=True)
     if name == "bash":
-        return _shell_consistent(proposal.action, prefix, root)
+        return _shell_consistent(action, prefix, root)
     return False
 
 

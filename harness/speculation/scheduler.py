@@ -322,6 +322,12 @@ class SpeculationScheduler:
             if spec.version != version:
                 self._discard(spec, f"the workspace changed (version {spec.version} -> {version})")
 
+    def narrow(self, name: str) -> None:
+        """The model has begun a call to `name`: a speculation of another tool cannot be it, so free its place."""
+        for spec in list(self.specs.values()):
+            if spec.candidate.name != name:
+                self._discard(spec, f"the model is calling {name}")
+
     def discard_all(self, reason: str) -> None:
         """Throw away every live speculation (the workspace is about to change, or the session ends)."""
         for spec in list(self.specs.values()):
