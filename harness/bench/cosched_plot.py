@@ -29,8 +29,12 @@ def plot(results: list[dict[str, Any]], out: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UsageError("plotting needs matplotlib: pip install matplotlib") from None
-    fig, axes = plt.subplots(1, len(results), figsize=(6.2 * len(results), 4.4), squeeze=False)
-    for ax, result in zip(axes[0], results):
+    cols = len(results) if len(results) <= 3 else 2  # four or more panels go in rows of two
+    rows = -(-len(results) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.4 * rows), squeeze=False)
+    for ax in axes.flat[len(results):]:
+        ax.set_visible(False)
+    for ax, result in zip(axes.flat, results):
         rows = sorted(result["levels"], key=lambda row: row["sessions"])
         levels = [row["sessions"] for row in rows]
         for mode, colour in COLOURS.items():
@@ -41,6 +45,8 @@ def plot(results: list[dict[str, Any]], out: Path) -> None:
                             label=f"{LABELS[mode]} ({stat})")
         config = result.get("config")  # a `--partial` file has levels only
         title = f"engine: {config['engine']} ({config['profile']})" if config else result.get("title", "partial run")
+        if config and config.get("workload", "examples/sessions") != "examples/sessions":
+            title += f"\n{Path(config['workload']).name}"
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("concurrent sessions")
         ax.set_ylabel("session time (s)")
