@@ -107,3 +107,11 @@ def test_a_missing_trace_directory_is_a_clear_error(tmp_path: Path) -> None:
         trace_workload(tmp_path / "nowhere")
     with pytest.raises(UsageError, match="no trajectory"):
         trace_workload(tmp_path)
+
+
+@needs_traces
+def test_sessions_longer_than_the_engines_window_are_refused_up_front() -> None:
+    from harness.bench import cosched
+
+    with pytest.raises(UsageError, match="context window .8192 tokens"):
+        cosched.run([1], "sim", "cpu", None, None, 1, progress=False, traces=TRACES, holdout=0.3)

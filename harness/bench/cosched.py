@@ -175,6 +175,10 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
 
     async def main() -> tuple[list[dict[str, Any]], runner.Workload]:
         workload = await runner.load_workload(only, model_path, cache_dir(), traces, holdout)
+        if long := workload.too_long(profile):
+            raise UsageError(f"{len(long)} of {len(workload.sessions)} sessions outgrow the engine's context window "
+                             f"({profile.max_model_len} tokens, profile {profile.name}), e.g. {long[0]}; pick "
+                             "sessions with --only, or an engine with a longer window (--profile gpu)")
         return await run_levels(levels, engine_kind, profile, workload, most, progress, partial, modes), workload
 
     factory = VirtualClockLoop if engine_kind == "sim" else None
@@ -233,8 +237,8 @@ EXAMPLES = """\
 examples:
   tao bench cosched --sessions 1,8,32,64,128,192 --engine sim            # simulated A100 (virtual clock)
   tao bench cosched --sessions 1,4,16 --engine embedded --json > r.json  # the real vLLM CPU engine
-  tao bench cosched --engine sim --traces ../shared/traces/mini-swe-agent-gemini-3-pro-swebench-verified \
-                    --holdout 0.3                                        # real SWE-bench trajectories
+  T=../shared/traces/mini-swe-agent-gemini-3-pro-swebench-verified       # real SWE-bench trajectories:
+  tao bench cosched --engine sim --traces $T --holdout 0.3
   tao bench cosched-plot sim.json r.json --out docs/cosched.png"""
 
 

@@ -60,14 +60,26 @@ class Workload:
 
     def context_chars(self) -> float:
         """Characters of a prompt, on average over every step of every session (the system prompt included)."""
+        sizes = [size for session in self._prompt_sizes() for size in session]
+        return sum(sizes) / len(sizes)
+
+    def too_long(self, profile: Profile) -> list[str]:
+        """Sessions whose last prompt and answer exceed the engine's context window."""
+        limit = profile.max_model_len * profile.chars_per_token
+        return [session.name for session, sizes in zip(self.sessions, self._prompt_sizes())
+                if sizes[-1] + len(session.recording.turns[-1].text) > limit]
+
+    def _prompt_sizes(self) -> list[list[int]]:
+        """Characters of each step's prompt, session by session."""
         system = len(protocol.render_system_prompt(tool_specs(sim_tools(self.books[0])), "/repo", False))
-        sizes = []
+        out = []
         for session, book in zip(self.sessions, self.books):
-            size = system + len(session.recording.task or "")
+            size, sizes = system + len(session.recording.task or ""), []
             for turn, call in zip(session.recording.turns, [*book.calls, None]):
                 sizes.append(size)
                 size += len(turn.text) + (len(call.output) if call is not None else 0) + 40
-        return sum(sizes) / len(sizes)
+            out.append(sizes)
+        return out
 
     def turn_seconds(self, profile: Profile, batch: int) -> float:
         """A typical turn's engine time with `batch` sequences decoding: its new tokens, then its answer."""
