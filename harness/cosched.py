@@ -132,13 +132,13 @@ class Pacing:
         aged = [t for t in waiting if self.ages(t, view)]
         pinned = sum(t.prompt_tokens for t in view.running)
         ranked = aged + sorted((t for t in waiting if t not in aged), key=lambda t: self.rank(t, view, pinned))
-        room, free = max(0, self.knee - len(view.running)), self.kv_tokens * KV_SHARE - pinned
+        room, kv_free = max(0, self.knee - len(view.running)), self.kv_tokens * KV_SHARE - pinned
         admitted: list[Ticket] = []
         for ticket in ranked[:room]:  # in order: a request that does not fit waits, and so do those after it
-            if ticket.prompt_tokens > free and (view.running or admitted):
+            if ticket.prompt_tokens > kv_free and (view.running or admitted):
                 break
             admitted.append(ticket)
-            free -= ticket.prompt_tokens
+            kv_free -= ticket.prompt_tokens
         held = ranked[len(admitted):]
         decision = [(t.request_id, t.priority) for t in admitted]
         abort: tuple[str, ...] = ()
@@ -153,8 +153,9 @@ class Pacing:
         return Decision(tuple(decision), abort, drop, wake)
 
     def ages(self, ticket: Ticket, view: View) -> bool:
-        """Whether a request has waited its bound. A session's first request has none: it waits for a
-        session to end (admission control, as a batch queue), or every session would be re-prefilled in turn."""
+        """Whether a request has waited its bound. A session's first request has none: it waits for room
+        behind started sessions (admission control, as a batch queue); aging it would start every waiting
+        session in turn under overload, each evicting the others' prefixes."""
         return ticket.session_id in view.sessions and ticket.arrived + self.max_wait <= view.now + EARLY
 
     def rank(self, ticket: Ticket, view: View, pinned: int) -> tuple[bool, int, float]:
