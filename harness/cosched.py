@@ -43,6 +43,13 @@ CHARS_PER_TOKEN = 3.4  # prompt size estimate before the engine reports the real
 EARLY = 1e-3
 # Share of the KV cache the prompts of running requests may fill: the rest is room for their answers.
 KV_SHARE = 0.9
+# The knee: the batch at which decode reaches this share of the rate with the whole KV cache decoding.
+# Holding sessions back costs the throughput between the knee and the peak: at 0.8 (61 sequences on the
+# GPU profile, against 145 whose contexts fit its KV cache) pacing at 64 sessions was already slower
+# than not pacing. At 0.95 (26 sequences of the SWE-bench trajectories' 13k-token mean context) 32
+# sessions ran 2% slower than unpaced, their contexts still fitting. So the knee is where the KV cache is
+# full at the mean context, and Pacing's KV budget adjusts it to the contexts actually in flight.
+KNEE_SHARE = 1.0
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from harness import protocol
 from harness.bench import sessions as recorded
 from harness.bench.simtools import Book, record_book, sim_tools
 from harness.bench.trace_workload import trace_workload
-from harness.cosched import FCFS, CoScheduler, Pacing, Policy
+from harness.cosched import FCFS, KNEE_SHARE, CoScheduler, Pacing, Policy
 from harness.engine.base import Engine, LLMRequest
 from harness.engine.replay import ForcedReplayEngine
 from harness.engine.sim import Profile
@@ -35,14 +35,7 @@ from sandbox import Workspace
 from tools import tool_specs
 
 MODES = ("fcfs", "spec", "cosched")
-WAIT_TURNS = 8  # bounded wait: a request waits at most this many typical turns (at the knee) for admission
-# The knee: the batch at which decode reaches this share of the rate with the whole KV cache decoding.
-# Holding sessions back costs the throughput between the knee and the peak: at 0.8 (61 sequences on the
-# GPU profile, against 145 whose contexts fit its KV cache) pacing at 64 sessions was already slower
-# than not pacing. At 0.95 (26 sequences of the SWE-bench trajectories' 13k-token mean context) 32
-# sessions ran 2% slower than unpaced, their contexts still fitting. So the knee is where the KV cache is
-# full at the mean context, and Pacing's KV budget adjusts it to the contexts actually in flight.
-KNEE_SHARE = 1.0
+WAIT_TURNS = 8  # bounded wait: a started session's request goes first after this many typical turns (at the knee)
 SPEC_SHARE = 0.25  # speculative prefills start only while fewer than this share of the knee are in flight
 
 

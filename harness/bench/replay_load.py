@@ -28,9 +28,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.bench.cosched_run import KNEE_SHARE
 from harness.bench.replay_policies import TAKE
 from harness.bench.timeline import Launch, Plan, serve
+from harness.cosched import KNEE_SHARE
 from harness.engine.sim import GPU, Profile
 
 STAGGER = 1.0  # seconds between session starts

@@ -92,7 +92,7 @@ def _known(info: CallInfo, seen: dict[str, int]) -> bool:
 
 
 def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budget: Budget,
-           root: str = "") -> tuple[Launch, list[Miss]]:
+           root: str) -> tuple[Launch, list[Miss]]:
     if policy in ("oracle", "oracle_obs"):
         return (Launch("r") if _known(info, seen) else Launch("o")), []
     if policy == "oracle_speculable":
@@ -109,7 +109,7 @@ def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budg
 
 
 def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: Budget,
-               root: str = "") -> tuple[Launch, list[Miss]]:
+               root: str) -> tuple[Launch, list[Miss]]:
     """Launch candidates moment by moment as the scheduler admits them; the call's own, if any, serves it.
 
     At (c) the call's name and first characters rule out running speculations that cannot be it (the
