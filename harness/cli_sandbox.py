@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.bench.sandbox import machine, make_repo, measure_median
+from harness.bench import machine
+from harness.bench.sandbox import make_repo, measure_median
 from harness.shutdown import terminate_as_interrupt
 from sandbox import SPECULATIVE, Overlay, SandboxError, Workspace
 from sandbox.backends import ORDER, unavailable

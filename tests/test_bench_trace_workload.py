@@ -100,6 +100,8 @@ def test_the_held_out_split_and_only_select_sessions(tmp_path: Path) -> None:
     assert {s.name for s in sessions} < {s.name for s in everything}
     picked = virtual(lambda: runner.load_workload([sessions[0].name], None, tmp_path, TRACES, 0.3))
     assert [s.name for s in picked.sessions] == [sessions[0].name]
+    with pytest.raises(UsageError, match="no trajectory named no-such-instance"):
+        virtual(lambda: runner.load_workload([sessions[0].name, "no-such-instance"], None, tmp_path, TRACES, 0.3))
 
 
 def test_a_missing_trace_directory_is_a_clear_error(tmp_path: Path) -> None:

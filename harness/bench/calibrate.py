@@ -27,8 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.bench import dump, emit
-from harness.bench.engine import long_prompt, machine, run_one
+from harness.bench import dump, emit, machine
+from harness.bench.engine import long_prompt, run_one
 from harness.engine.base import LLMRequest
 from harness.engine.sim import CPU, Profile, StepModel
 from harness.errors import UsageError

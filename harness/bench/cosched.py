@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import cosched_run as runner
-from harness.bench import emit, run_module
-from harness.bench.live import machine, model_choice, quantile
+from harness.bench import emit, machine, run_module
+from harness.bench.live import model_choice, quantile
 from harness.bench.vclock import VirtualClockLoop
 from harness.engine.sim import PROFILES, Profile, SimEngine
 from harness.errors import UsageError

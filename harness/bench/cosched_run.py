@@ -93,9 +93,12 @@ async def load_workload(only: list[str] | None, model: Path | None, cache: Path,
     if traces is not None:
         sessions, books = trace_workload(traces, holdout)
         if only:
+            missing = sorted(set(only) - {s.name for s in sessions})
+            if missing:
+                split = " in the held-out split" if holdout is not None else ""
+                raise UsageError(f"--only: no trajectory named {', '.join(missing)} under {traces}{split} "
+                                 f"(a trajectory's name is its instance id)")
             keep = [i for i, s in enumerate(sessions) if s.name in only]
-            if not keep:
-                raise UsageError(f"--only: none of {', '.join(only)} is a trajectory under {traces}")
             sessions, books = [sessions[i] for i in keep], [books[i] for i in keep]
         return Workload(sessions, books, PatternModel.load(model) if model is not None else None)
     selected = recorded.load_sessions(recorded.SESSIONS_DIR, only)

@@ -39,8 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from harness.bench import machine
 from harness.bench import sessions as recorded
-from harness.bench.live import analyzer_for, bench_environment, machine, model_choice, quantile, timed_run
+from harness.bench.live import analyzer_for, bench_environment, model_choice, quantile, timed_run
 from harness.engine.base import Engine, LLMRequest
 from harness.engine.replay import ForcedReplayEngine
 from harness.errors import UsageError

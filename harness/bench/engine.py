@@ -9,15 +9,12 @@ Prints JSON on stdout, then a table on stderr.
 from __future__ import annotations
 
 import asyncio
-import os
-import platform
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-from harness.bench import emit
+from harness.bench import emit, machine
 from harness.engine.base import LLMRequest, Usage
 from harness.shutdown import terminate_as_interrupt
 
@@ -25,16 +22,6 @@ FILLER = ("def handler_{i}(request):\n    \"\"\"Return the response for request 
           "    value = request.get('value', {i}) * 2\n    return {{'id': {i}, 'value': value}}\n\n")
 
 
-def machine() -> dict[str, Any]:
-    """The machine the numbers come from."""
-    cpu = ""
-    try:
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-            "loadavg_1m_at_start": round(os.getloadavg()[0], 2)}
 
 
 def long_prompt(engine: Any, target_tokens: int) -> list[dict[str, str]]:
@@ -100,7 +87,7 @@ async def bench(prompt_tokens: int, concurrency: list[int], decode_tokens: int) 
         "cached_tokens_cold": cold.cached_tokens,
         "ttft_cached_s": round(warm.ttft or 0.0, 2), "cached_tokens": warm.cached_tokens,
         "decode_tokens": decode_tokens, "decode": decode,
-        "machine": {**info, "loadavg_1m_at_end": round(os.getloadavg()[0], 2)},
+        "machine": {**info, "load_after": machine()["load"]},
     }
 
 
@@ -113,7 +100,7 @@ def table(result: dict[str, Any]) -> str:
     width = max(len(name) for name, _ in rows)
     m = result["machine"]
     lines = [f"{result['engine']} on {m['cores']} cores of {m['cpu'] or 'an unknown CPU'} "
-             f"(load {m['loadavg_1m_at_start']} -> {m['loadavg_1m_at_end']})"]
+             f"(load {m['load'][0]} -> {m['load_after'][0]})"]
     return "\n".join(lines + [f"  {name:<{width}}  {value}" for name, value in rows])
 
 

@@ -21,14 +21,13 @@ import hashlib
 import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit, run_module
+from harness.bench import emit, machine, run_module
 from harness.bench import sessions as recorded
 from harness.bench.oracle import OracleAnalyzer
 from harness.bench.overhead import Meter
@@ -288,18 +287,6 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def machine() -> dict[str, Any]:
-    """Cores, CPU model, load and Python, for the report."""
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cores": os.cpu_count(), "cpu": model, "python": platform.python_version(),
-            "load": [round(x, 2) for x in os.getloadavg()]}
 
 
 def bench_environment() -> None:

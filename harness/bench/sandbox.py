@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit
+from harness.bench import emit, machine
 from sandbox import Overlay, Workspace
 from sandbox.backends import ORDER, unavailable
 from sandbox.probe import detect
@@ -88,18 +87,6 @@ def refresh_cost(root: Path, mode: str, repeat: int) -> dict[str, Any]:
     return {"watch": mode, "start_ms": ms(t1 - t0), "refresh_ms": round(statistics.median(times) * 1000, 2)}
 
 
-def machine() -> dict[str, Any]:
-    """The machine the numbers come from."""
-    cpu = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-            "euid": os.geteuid(), "loadavg_1m": round(os.getloadavg()[0], 2)}
 
 
 async def bench(sizes: list[int], backends: list[str], repeat: int) -> dict[str, Any]:
@@ -122,7 +109,7 @@ async def bench(sizes: list[int], backends: list[str], repeat: int) -> dict[str,
             for mode in ("inotify", "stat"):
                 watch_rows.append({"files": files, **refresh_cost(root, mode, repeat)})
             workspace.close()
-    return {"benchmark": "sandbox", "repeat": repeat, "machine": {**machine(), "loadavg_1m_at_start": load},
+    return {"benchmark": "sandbox", "repeat": repeat, "machine": {**machine(), "euid": os.geteuid(), "loadavg_1m_at_start": load},
             "capabilities": caps.to_dict(),
             "results": rows, "refresh": watch_rows, "skipped": skipped}
 

@@ -30,9 +30,8 @@ import time
 from typing import Any
 
 from harness import protocol
-from harness.bench import emit, run_module
+from harness.bench import emit, machine, run_module
 from harness.bench.engine import run_one
-from harness.bench.live import machine
 from harness.engine.base import Engine, LLMRequest
 from harness.errors import UsageError
 from harness.speculation.observation import WARM_CHUNK_TOKENS, ObservationSpeculator
