@@ -28,6 +28,7 @@ from harness.log import HumanLog
 from harness.session import Session, SessionConfig
 from harness.shutdown import terminate_as_interrupt
 from harness.speculation.model import PatternModel, default_model_path
+from harness.speculation.past import PAST_SECONDS, past_sessions
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
 from tools import default_tools
@@ -84,7 +85,8 @@ def add_session_flags(parser: argparse.ArgumentParser) -> None:
                              "matches the real one byte for byte)")
     parser.add_argument("--patterns", type=Path,
                         help="learned pattern model for speculation (default ~/.cache/tao/patterns.json "
-                             "if present; build one with `tao traces learn`)")
+                             "if present; build one with `tao traces learn`); each session first adapts it "
+                             "to your 20 newest past sessions in the state folder")
 
 
 def engine_options(args: argparse.Namespace) -> EngineOptions:
@@ -97,7 +99,7 @@ async def run_session(task: str, repo: Path, args: argparse.Namespace) -> Sessio
     """Open the engine, run one session with the chosen sinks, close everything."""
     if args.max_steps < 1 or args.max_time <= 0:
         raise UsageError("--max-steps must be at least 1 and --max-time positive")
-    analyzer = None if args.no_speculation else Analyzer(load_patterns(args.patterns))
+    analyzer = None if args.no_speculation else Analyzer(session_patterns(args.patterns, announce=True))
     config = SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time, max_tokens=args.max_tokens)
     workspace = Workspace(repo)
     engine = await open_engine(engine_options(args))  # before the trajectory: a failed start leaves no file
@@ -132,6 +134,17 @@ def load_patterns(path: Path | None) -> PatternModel:
         print(f"tao: ignoring the damaged pattern model {path} ({exc}); rebuild it with `tao traces learn`",
               file=sys.stderr)
         return PatternModel()
+
+
+def session_patterns(path: Path | None, announce: bool = False) -> PatternModel:
+    """The learned model (`load_patterns`), adapted to the user's newest past sessions in the state folder."""
+    model = load_patterns(path)
+    started = time.perf_counter()
+    taken = model.adapt(past_sessions(state_dir() / "trajectories"), seconds=PAST_SECONDS)
+    if announce and taken:
+        print(f"speculation: adapted to your past sessions ({taken} newest, {time.perf_counter() - started:.1f} s)",
+              file=sys.stderr)
+    return model
 
 
 def resolve_task(args: argparse.Namespace) -> str:

@@ -12,6 +12,7 @@ through `ask` before shell commands that may change the workspace, and sends `ll
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -69,7 +70,7 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
                        sinks: list[EventSink] | None = None, live_sinks: list[EventSink] | None = None,
                        ask: Ask | None = None) -> AsyncIterator[LiveSession]:
     """An interactive session on a new task, or on a saved one (`resume`); everything closed afterwards."""
-    from harness.cli import default_trajectory_path, load_patterns
+    from harness.cli import default_trajectory_path, session_patterns
 
     history = read_trajectory(resume) if resume is not None else None
     start = next((e for e in history or [] if isinstance(e, SessionStart)), None)
@@ -78,7 +79,7 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
     repo = Path(start.repo) if start is not None else options.repo
     if not repo.is_dir():
         raise UsageError(f"the session's repository {repo} is not a directory")
-    analyzer = Analyzer(load_patterns(options.patterns))
+    analyzer = Analyzer(await asyncio.to_thread(session_patterns, options.patterns))
     engine = await open_engine(options.engine)
     writer = TrajectoryWriter(resume or options.trajectory or default_trajectory_path())
     workspace = Workspace(repo)

@@ -57,7 +57,7 @@ def test_quantile_is_nearest_rank() -> None:
 
 
 def test_modes_rotate_so_none_always_runs_first() -> None:
-    firsts = {live.order(rep, 0)[0] for rep in range(3)}
+    firsts = {live.order(rep, 0)[0] for rep in range(len(live.MODES))}
     assert firsts == set(live.MODES)
     assert all(sorted(live.order(rep, index)) == sorted(live.MODES) for rep in range(3) for index in range(4))
 
@@ -94,6 +94,25 @@ def test_call_gaps_rank_the_tool_wait_tao_leaves_to_the_oracle() -> None:
     assert live.paired_ratios(runs) == {"s": [1.0]}
     runs[1]["calls"][1]["promoted"] = True
     assert live.unpromoted(runs) == {"calls": 1, "off_s": 1.0, "on_s": 1.0}
+
+
+def test_the_cold_runs_are_summarised_beside_the_adapted_ones() -> None:
+    runs = [run(10.0, "a", "off"), run(9.0, "a", "on"), run(9.5, "a", "cold"), run(8.0, "a", "oracle"),
+            run(20.0, "b", "off"), run(19.0, "b", "on"), run(20.4, "b", "cold"), run(18.0, "b", "oracle")]
+    total = live.summarize(runs)["total"]
+    assert total["cold_ratio_max"] == 1.02 and total["cold_saving_s"] == pytest.approx(0.1)
+    assert total["cold_share_of_oracle"] == round(0.1 / 4.0, 4) and total["share_of_oracle"] == 0.5
+    assert "cold_ratio_mean" not in live.summarize([r for r in runs if r["mode"] != "cold"])["total"]
+
+
+def test_only_the_on_runs_learn_from_past_sessions() -> None:
+    from tests.test_patterns_past import targeted_then_suite
+
+    session = recorded.load_sessions(recorded.SESSIONS_DIR, ["calc-fix-add"])[0]
+    past = [targeted_then_suite(n).events for n in range(3)]
+    on, cold = live.analyzer_for("on", session, None, past), live.analyzer_for("cold", session, None, past)
+    assert on.ranker.weights != cold.ranker.weights
+    assert cold.ranker.weights == live.analyzer_for("on", session, None, []).ranker.weights
 
 
 def test_no_oracle_saving_gives_no_share() -> None:
@@ -174,7 +193,7 @@ def test_the_benchmark_runs_end_to_end_on_a_bundled_session(tmp_path: Path, monk
     result = json.loads(capsys.readouterr().out)
     for key in ("ratio_mean", "ratio_p99", "ratio_max", "share_of_oracle"):
         assert key in result
-    assert not result["not_finished"] and result["trajectories_equal"] == result["trajectories_checked"] == 2
+    assert not result["not_finished"] and result["trajectories_equal"] == result["trajectories_checked"] == 3
     assert result["sessions"]["calc-fix-add"]["oracle_spec"]["promoted"] >= 4
     assert "rules" in result["config"]["model"]
 

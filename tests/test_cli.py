@@ -59,3 +59,15 @@ def test_limit_and_usage_exit_codes(tmp_path: Path) -> None:
     assert missing.returncode == 2 and "is not a directory" in missing.stderr
     no_file = tao("run", "task", "--repo", str(repo), "--engine", "replay", "--replay", str(tmp_path / "x.json"), state=tmp_path)
     assert no_file.returncode == 2 and "does not exist" in no_file.stderr
+
+
+def test_a_session_adapts_speculation_to_the_users_past_sessions(tmp_path: Path) -> None:
+    replay = ("run", "--headless", "--engine", "replay", "--replay", str(EXAMPLES / "calc.replay.json"))
+    first = tao(*replay, "--repo", str(make_calc_repo(tmp_path / "a")), state=tmp_path / "state")
+    assert first.returncode == 0, first.stderr
+    assert "past sessions" not in first.stderr  # nothing to learn from yet
+    saved = list((tmp_path / "state" / "tao" / "trajectories").glob("*.jsonl"))
+    assert len(saved) == 1
+    second = tao(*replay, "--repo", str(make_calc_repo(tmp_path / "b")), state=tmp_path / "state")
+    assert second.returncode == 0, second.stderr
+    assert "speculation: adapted to your past sessions (1 newest" in second.stderr

@@ -1,11 +1,12 @@
 """`tao bench live`: recorded sessions replayed against real repositories, speculation off, on and oracle.
 
 Each session of examples/sessions is replayed by the replay engine (`--tpot-ms` per output token)
-against a fresh copy of its real repository with the real tools, in three modes: `off` (no
-speculation), `on` (Tao's analyzer: the learned model at the default path or `--model`, else rules
-only) and `oracle` (harness.bench.oracle: every call foreseen and started at moment (a) of its step,
-through the same scheduler). Repetitions interleave the modes, rotating their order, so that load
-drifts on a shared machine hit all three. Reported per session and over the mix: mean and p99 session
+against a fresh copy of its real repository with the real tools, in four modes: `off` (no
+speculation), `on` (Tao as a user who has run it before: the learned model at the default path or
+`--model`, else rules only, adapted to the user's past sessions, here the other sessions' `off` runs
+of a first untimed pass), `cold` (the same without past sessions) and `oracle` (harness.bench.oracle:
+every call foreseen and started at moment (a) of its step, through the same scheduler). Repetitions
+interleave the modes, rotating their order, so that load drifts on a shared machine hit all of them. Reported per session and over the mix: mean and p99 session
 time and their ratios to `off`, Tao's saving as a share of the oracle's, hits, waste and the overhead
 per decision (harness.bench.overhead). JSON with `--json`, and a table.
 
@@ -24,6 +25,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,11 +38,12 @@ from harness.errors import UsageError
 from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
 from harness.session import Session, SessionConfig
 from harness.speculation.model import PatternModel, default_model_path
+from harness.speculation.past import PAST_SECONDS
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
 from tools import default_tools
 
-MODES = ("off", "on", "oracle")
+MODES = ("off", "on", "cold", "oracle")
 SPEC_FIELDS = ("launched", "promoted", "discarded", "repeats", "saved", "wasted")
 
 
@@ -64,13 +67,17 @@ def model_choice(path: Path | None) -> tuple[Path | None, str]:
     return None, "none: rules and online learning only (no learned model at the default path)"
 
 
-def analyzer_for(mode: str, session: recorded.LiveSession, model: Path | None) -> Any:
-    """No analyzer (off), Tao's default setup (on), or the oracle."""
+def analyzer_for(mode: str, session: recorded.LiveSession, model: Path | None,
+                 past: Iterable[list[Event]] = ()) -> Any:
+    """No analyzer (off), Tao's default setup adapted to `past` sessions (on) or not (cold), or the oracle."""
     if mode == "off":
         return None
     if mode == "oracle":
         return OracleAnalyzer(session.recording)
-    return Analyzer(PatternModel.load(model) if model is not None else PatternModel())
+    learned = PatternModel.load(model) if model is not None else PatternModel()
+    if mode == "on":
+        learned.adapt(past, seconds=PAST_SECONDS)
+    return Analyzer(learned)
 
 
 async def timed_run(loop: Session, workspace: Workspace) -> tuple[SessionEnd, float]:
@@ -83,18 +90,9 @@ async def timed_run(loop: Session, workspace: Workspace) -> tuple[SessionEnd, fl
 
 
 async def run_one(session: recorded.LiveSession, mode: str, tpot: float, model: Path | None,
-                  cache: Path) -> dict[str, Any]:
+                  cache: Path, past: Iterable[list[Event]] = ()) -> dict[str, Any]:
     """One replay of one session in one mode, from a fresh copy of its repository."""
-    repo = await asyncio.to_thread(recorded.checkout, session, cache)
-    events: list[Event] = []
-    workspace = Workspace(repo)
-    engine = ReplayEngine(session.recording, seconds_per_token=tpot)
-    config = SessionConfig(max_steps=len(session.recording.turns) + 1, max_seconds=900.0)
-    task = session.recording.task or ""
-    loop = Session(task, engine, workspace, default_tools(), config, [events.append],
-                   analyzer=analyzer_for(mode, session, model))
-    meter = Meter.attach(loop, events)
-    end, seconds = await timed_run(loop, workspace)
+    end, seconds, events, meter = await replay_session(session, analyzer_for(mode, session, model, past), tpot, cache)
     summary = next((e for e in events if isinstance(e, SpecSummary)), None)
     promoted = {e.call_id: e for e in events if isinstance(e, SpecPromote)}
     asked = {e.call_id: json.dumps(e.arguments, sort_keys=True)[:70] for e in events if isinstance(e, ToolCall)}
@@ -105,6 +103,21 @@ async def run_one(session: recorded.LiveSession, mode: str, tpot: float, model: 
     return {"session": session.name, "mode": mode, "seconds": seconds, "status": end.status, "steps": end.steps,
             "spec": {f: getattr(summary, f) if summary else 0 for f in SPEC_FIELDS},
             "overhead": meter.to_dict(), "calls": calls, "trace": hashlib.sha256(trace.encode()).hexdigest()[:16]}
+
+
+async def replay_session(session: recorded.LiveSession, analyzer: Any, tpot: float,
+                         cache: Path) -> tuple[SessionEnd, float, list[Event], Meter]:
+    """Replay the session on a fresh copy of its repository: how it ended, its seconds, events and overhead."""
+    repo = await asyncio.to_thread(recorded.checkout, session, cache)
+    events: list[Event] = []
+    workspace = Workspace(repo)
+    engine = ReplayEngine(session.recording, seconds_per_token=tpot)
+    config = SessionConfig(max_steps=len(session.recording.turns) + 1, max_seconds=900.0)
+    loop = Session(session.recording.task or "", engine, workspace, default_tools(), config, [events.append],
+                   analyzer=analyzer)
+    meter = Meter.attach(loop, events)
+    end, seconds = await timed_run(loop, workspace)
+    return end, seconds, events, meter
 
 
 def order(rep: int, index: int) -> list[str]:
@@ -118,11 +131,15 @@ async def run_all(selected: list[recorded.LiveSession], repeat: int, tpot: float
     """Every session in every mode, `repeat` times, interleaved."""
     for session in selected:  # build or fetch every repository before anything is timed
         await asyncio.to_thread(recorded.template, session, cache)
+    history = {}  # the user's past sessions: each session once without speculation, untimed
+    for session in selected:
+        history[session.name] = (await replay_session(session, None, tpot, cache))[2]
     runs = []
     for rep in range(repeat):
         for index, session in enumerate(selected):
             for mode in order(rep, index):
-                run = await run_one(session, mode, tpot, model, cache)
+                past = [events for name, events in history.items() if name != session.name]
+                run = await run_one(session, mode, tpot, model, cache, past)
                 run["rep"] = rep
                 runs.append(run)
                 if progress:
@@ -215,9 +232,9 @@ def call_gaps(runs: list[dict[str, Any]], top: int = 8) -> dict[str, Any]:
             labels[(run["session"], index)] = call["call"]
     rows = []
     for (session, index), by_mode in waits.items():
-        means = {m: _mean(v) for m, v in by_mode.items()}
+        means = {m: _mean(v) for m, v in by_mode.items() if v}
         rows.append({"session": session, "step": index + 1, "call": labels[(session, index)],
-                     **{f"{m}_s": round(means[m], 3) for m in MODES}, "gap_s": round(means["on"] - means["oracle"], 3)})
+                     **{f"{m}_s": round(v, 3) for m, v in means.items()}, "gap_s": round(means["on"] - means["oracle"], 3)})
     rows.sort(key=lambda row: -row["gap_s"])
     return {"gap_s": round(sum(row["gap_s"] for row in rows), 3), "largest": rows[:top]}
 
@@ -235,11 +252,12 @@ def paired_ratios(runs: list[dict[str, Any]], mode: str = "on") -> dict[str, lis
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Per-session and whole-mix statistics of the runs (pure arithmetic; tests cover it)."""
     names = list(dict.fromkeys(r["session"] for r in runs))
-    by = {(n, m): [r for r in runs if r["session"] == n and r["mode"] == m] for n in names for m in MODES}
+    modes = [m for m in MODES if any(r["mode"] == m for r in runs)]
+    by = {(n, m): [r for r in runs if r["session"] == n and r["mode"] == m] for n in names for m in modes}
     per_session: dict[str, Any] = {}
     for name in names:
         row: dict[str, Any] = {}
-        for mode in MODES:
+        for mode in modes:
             times = [r["seconds"] for r in by[(name, mode)]]
             waits = [sum(c["duration"] for c in r["calls"]) for r in by[(name, mode)]]
             row[mode] = {"mean": round(_mean(times), 4), "p99": round(quantile(times, 0.99), 4), "runs": len(times),
@@ -251,9 +269,12 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         row["share_of_oracle"] = _share(row["saving_s"], row["oracle_saving_s"])
         row["spec"] = spec_means(by[(name, "on")])
         row["oracle_spec"] = spec_means(by[(name, "oracle")])
+        if "cold" in modes:
+            row["cold_ratio"] = _ratio(row["cold"]["mean"], off)
+            row["cold_saving_s"] = round(off - row["cold"]["mean"], 4)
         per_session[name] = row
     total: dict[str, Any] = {}
-    for mode in MODES:
+    for mode in modes:
         times = [r["seconds"] for r in runs if r["mode"] == mode]
         total[f"mean_{mode}"] = round(_mean(times), 4)
         total[f"p99_{mode}"] = round(quantile(times, 0.99), 4)
@@ -272,6 +293,13 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "spec": spec_means([r for r in runs if r["mode"] == "on"]),
         "oracle_spec": spec_means([r for r in runs if r["mode"] == "oracle"]),
     })
+    if "cold" in modes:  # Tao without the user's past sessions
+        cold_saving = sum(row["cold_saving_s"] for row in per_session.values())
+        total.update({"cold_ratio_mean": _ratio(total["mean_cold"], total["mean_off"]),
+                      "cold_ratio_p99": _ratio(total["p99_cold"], total["p99_off"]),
+                      "cold_ratio_max": max(row["cold_ratio"] for row in per_session.values()),
+                      "cold_saving_s": round(cold_saving, 4), "cold_share_of_oracle": _share(cold_saving, oracle_saving),
+                      "cold_spec": spec_means([r for r in runs if r["mode"] == "cold"])})
     reference = {(r["session"], r["rep"]): r["trace"] for r in runs if r["mode"] == "off"}
     checked = [r for r in runs if r["mode"] != "off" and (r["session"], r["rep"]) in reference]
     return {
@@ -319,6 +347,7 @@ def run(session_dir: Path = recorded.SESSIONS_DIR, only: list[str] | None = None
     result = summarize(runs)
     after = machine()
     result["config"] = {"tpot_ms": tpot_ms, "repeat": repeat, "model": model_note,
+                        "past_sessions": "on: adapted to the other sessions' untimed off runs; cold: not adapted",
                         "sessions": [recorded.describe(s) for s in selected], "seconds": round(time.perf_counter() - started, 1)}
     load_before = before.pop("load")
     result["machine"] = {**before, "load_before": load_before, "load_after": after["load"]}
@@ -353,6 +382,12 @@ def table(result: dict[str, Any]) -> str:
     lines.append(f"saving: Tao {total['saving_s']:.2f} s, oracle {total['oracle_saving_s']:.2f} s over the mix "
                  f"(share {_pct(total['share_of_oracle'])}); worst session on/off {total['ratio_max']:.3f}, "
                  f"oracle {total['oracle_ratio_max']:.3f}")
+    if "cold_ratio_mean" in total:
+        cold = total["cold_spec"]
+        lines.append(f"cold (no past sessions): mean {total['mean_cold']:.2f} s, on/off {total['cold_ratio_mean']:.3f}, "
+                     f"p99 {total['cold_ratio_p99']:.3f}, worst session {total['cold_ratio_max']:.3f}, share "
+                     f"{_pct(total['cold_share_of_oracle'])}, tool wait {total['tool_wait_cold']:.2f} s, promoted "
+                     f"{cold['promoted']:.1f} of {cold['launched']:.1f} a run, wasted {cold['wasted']:.2f} s")
     lines.append(f"speculation per run (on): launched {spec['launched']:.1f}, promoted {spec['promoted']:.1f}, "
                  f"repeats {spec['repeats']:.1f}, discarded {spec['discarded']:.1f}, saved {spec['saved']:.2f} s, "
                  f"wasted {spec['wasted']:.2f} s")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import time
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ MODEL_VERSION = 1
 _HABIT_SHARE = 0.04  # a call is a habit when at least this share of sessions makes it
 _MAX_HABITS = 12
 _MAX_RUNNERS = 8
+ADAPT_RATE = 0.1  # ranker step on the user's past sessions: above live learning (0.01), below training (0.3)
 
 
 def default_model_path() -> Path:
@@ -92,6 +94,23 @@ class PatternModel:
                 replay(Analyzer(counted[fold_of[index] if folds > 1 else 0], learn_rate=rate, shared=True),
                        data[index])
         return model
+
+    def adapt(self, sessions: Iterable[list[Event]], rate: float = ADAPT_RATE, seconds: float | None = None) -> int:
+        """Train the ranker further on the user's own past sessions; returns how many it took.
+
+        The offline model comes from other agents; this teaches it the user's habits and Tao's own tool
+        vocabulary (`run_tests {}` after a targeted run passes), which no bash trajectory shows. Stops
+        taking sessions once `seconds` have passed."""
+        from harness.speculation.replay import replay
+        from harness.speculation.patterns import Analyzer
+
+        started, taken = time.perf_counter(), 0
+        for events in sessions:
+            if seconds is not None and time.perf_counter() - started > seconds:
+                break
+            replay(Analyzer(self, learn_rate=rate, shared=True), events)
+            taken += 1
+        return taken
 
     def count(self, sessions: list[list[Event]]) -> None:
         """The counting pass: control flow, reasoning words, view offsets, habits, interpreter."""

@@ -104,7 +104,7 @@ async def open_batch_engine(args: argparse.Namespace, instances: list[Instance])
 
 async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
     """Load, open the engine, run the batch, close the engine."""
-    from harness.cli import load_patterns
+    from harness.cli import session_patterns
 
     if args.workers < 1 or args.max_steps < 1 or args.max_time <= 0:
         raise UsageError("--workers and --max-steps must be at least 1 and --max-time positive")
@@ -115,7 +115,7 @@ async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
         output=args.output, repos=args.repos, workers=args.workers, redo=args.redo, evaluate=args.evaluate,
         session=SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time, max_tokens=args.max_tokens),
         speculation=not args.no_speculation, warm=not args.no_warm,
-        patterns=None if args.no_speculation else load_patterns(args.patterns),
+        patterns=None if args.no_speculation else session_patterns(args.patterns, announce=True),
         test_command=args.test_command, test_timeout=args.test_timeout, eval_timeout=args.eval_timeout,
         eval_command=args.eval_command, model_name=args.model_name, run_id=args.run_id,
         keep_worktrees=args.keep_worktrees)

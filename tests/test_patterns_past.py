@@ -1,0 +1,66 @@
+"""The analyzer adapts to the user's own past Tao sessions before a new one starts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from harness.speculation.canonical import canonical
+from harness.speculation.model import PatternModel
+from harness.speculation.past import past_sessions
+from harness.speculation.patterns import Analyzer
+from harness.traces.common import Imported, write_session
+from tests.test_patterns_dataflow import Script, analyzer_after
+
+SUITE = canonical("run_tests", {}).key
+
+
+def targeted_then_suite(n: int, whole_suite: bool = True) -> Script:
+    """A Tao session of this user: find, read, fix, run the fixed test, then the whole suite."""
+    script = Script(f"Fix `f{n}` in pkg/mod{n}.py", session_id=f"past-{n}")
+    script.step("grep", {"pattern": f"def f{n}", "path": "pkg"}, f"pkg/mod{n}.py:3:def f{n}():")
+    script.step("read_file", {"path": f"pkg/mod{n}.py"}, f"1\tdef f{n}():\n2\t    return 1\n")
+    script.step("edit_file", {"path": f"pkg/mod{n}.py", "old": "return 1", "new": "return 2"}, "edited")
+    script.step("run_tests", {"command": f"python -m pytest -q tests/test_mod{n}.py -k f{n}"}, "1 passed")
+    if whole_suite:
+        script.step("run_tests", {}, "12 passed")
+    return script
+
+
+def test_past_sessions_teach_the_users_own_habit() -> None:
+    now = targeted_then_suite(99, whole_suite=False)  # the targeted run just passed: what comes next?
+    before = analyzer_after(now, PatternModel()).predict("a", k=3)
+    assert before[0].key != SUITE
+    model = PatternModel()
+    assert model.adapt(targeted_then_suite(n).events for n in range(6)) == 6
+    after = analyzer_after(now, model).predict("a", k=3)
+    assert after[0].key == SUITE
+
+
+def test_adapting_stops_when_its_time_is_up() -> None:
+    assert PatternModel().adapt((targeted_then_suite(n).events for n in range(6)), seconds=0.0) == 0
+
+
+def test_past_sessions_are_the_newest_that_made_a_call(tmp_path: Path) -> None:
+    folder = tmp_path / "trajectories"
+    for n in range(3):
+        path = write_session(Imported(f"past-{n}", "", "tao", targeted_then_suite(n).events), folder)
+        os.utime(path, (1_000_000 + n, 1_000_000 + n))
+    idle = Script(session_id="idle")
+    write_session(Imported("idle", "", "tao", idle.events[:1]), folder)  # a session that ended before any call
+    (folder / "damaged.jsonl").write_text("{not json\n", encoding="utf-8")
+    found = list(past_sessions(folder, limit=2))
+    assert [events[0].session_id for events in found] == ["past-2", "past-1"]
+    assert len(list(past_sessions(folder))) == 3
+    assert list(past_sessions(tmp_path / "nowhere")) == []
+    assert list(past_sessions(folder, limit=0)) == []
+
+
+def test_a_session_adapted_to_the_past_keeps_the_saved_model_unchanged(tmp_path: Path) -> None:
+    model = PatternModel()
+    path = model.save(tmp_path / "patterns.json")
+    saved = path.read_text()
+    adapted = PatternModel.load(path)
+    adapted.adapt(targeted_then_suite(n).events for n in range(3))
+    assert path.read_text() == saved
+    assert Analyzer(adapted).ranker.weights != Analyzer(PatternModel.load(path)).ranker.weights
