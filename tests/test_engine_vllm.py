@@ -158,3 +158,26 @@ async def test_session_over_the_context_stops_with_the_reason(vllm_engine, tmp_p
     session = Session(task, vllm_engine, Workspace(make_calc_repo(tmp_path)), default_tools(), SessionConfig(max_steps=2))
     end = await session.run()
     assert end.status == "error" and "context" in end.reason and end.steps == 1
+
+
+FORCED = ['I will run the tests again, now that `add` adds.\n'
+          '<tool_call>{"name": "run_tests", "arguments": {"command": "python -m pytest -q tests/test_ops.py"}}</tool_call>',
+          'Ünïcødé “quotes”,\ttabs and  two spaces.\n<tool_call>{"name": "finish", "arguments": {"summary": "done"}}</tool_call>']
+
+
+@pytest.mark.parametrize("text", FORCED)
+async def test_a_forced_answer_takes_its_own_tokens_even_beside_other_requests(vllm_engine, text: str) -> None:
+    # A regex of the text let the model spell it in finer pieces (2.3 times the tokens over the recorded
+    # sessions) and pick other pieces when the batch changed; forced token ids leave it one spelling.
+    natural = vllm_engine.tokenizer.encode(text, add_special_tokens=False)
+    alone_text, alone = await collect(vllm_engine, LLMRequest(rid(), [{"role": "user", "content": "Go."}], 400, force=text))
+    story = LLMRequest(rid(), [{"role": "user", "content": "Tell a very long story."}], max_tokens=2000)
+    other = asyncio.create_task(collect(vllm_engine, story, ignore_eos=True))
+    await asyncio.sleep(0.5)  # the other request is decoding when the forced one joins the batch
+    shared_text, shared = await collect(vllm_engine, LLMRequest(rid(), [{"role": "user", "content": "Go."}], 400, force=text))
+    await vllm_engine.abort(story.request_id)
+    await other
+    for answer, last in ((alone_text, alone), (shared_text, shared)):
+        assert answer == text
+        assert last.usage.output_tokens == len(natural) + 1  # and the end of the turn
+        assert last.finish_reason == "stop"

@@ -122,10 +122,7 @@ def run_record(events: list[Event], session: str, mode: str, rep: int, seconds: 
     """One run, as the summary reads it."""
     ends = [e for e in events if isinstance(e, LLMEnd)]
     settles = [e for e in events if isinstance(e, SpecObsSettle)]
-    items = comparable(events)
-    for item in items:  # the same forced text may take other tokens under another nonce: compared apart
-        item.pop("output_tokens", None)
-    trace = json.dumps(items, sort_keys=True, default=str)
+    trace = json.dumps(comparable(events), sort_keys=True, default=str)  # forced answers take fixed tokens
     return {"session": session, "mode": mode, "rep": rep, "seconds": round(seconds, 4), "status": status,
             "steps": steps, "after_tool": after_tool_steps(events),
             "prompt_tokens": sum(e.prompt_tokens for e in ends), "cached_tokens": sum(e.cached_tokens for e in ends),

@@ -27,6 +27,11 @@ from harness.protocol import OPEN, CLOSE
 
 INSTALL_VLLM = "pip install 'tao-agent[cpu]' (CPU) or 'tao-agent[gpu]' (GPU)"
 ABORTED_KEPT = 1024
+FORCE_KEY = "tao_forced_ids"
+"""The SamplingParams.extra_args key holding the token ids a forced answer must take, in order."""
+PROCESSOR = "harness.engine.forced:ForcedTokens"
+"""The logits processor that forces them (harness.engine.forced), by name: vLLM loads it in its engine core
+process too, and naming it keeps torch out of this module's imports."""
 
 
 @dataclass(frozen=True)
@@ -158,16 +163,29 @@ class VLLMEngine:
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         extra: dict[str, Any] = {}
-        if request.force is not None:
+        max_tokens = request.max_tokens
+        forced = self.forced_ids(request.force) if request.force is not None else None
+        if forced is not None:
+            extra, max_tokens = {"extra_args": {FORCE_KEY: forced}}, len(forced)
+        elif request.force is not None:
             extra = {"structured_outputs": StructuredOutputsParams(regex=literal_regex(request.force))}
         elif self.settings.constrained and request.tools and not ignore_eos:
             extra = {"structured_outputs": StructuredOutputsParams(structural_tag=self._grammar(request.tools)),
                      "stop": STOP, "include_stop_str_in_output": True}
-        # A forced answer is decoded greedily: the same text then always takes the same tokens.
         temperature = 0.0 if request.force is not None else self.settings.temperature
-        return SamplingParams(max_tokens=max(1, min(request.max_tokens, room)),
+        return SamplingParams(max_tokens=max(1, min(max_tokens, room)),
                               temperature=temperature, ignore_eos=ignore_eos,
                               output_kind=RequestOutputKind.DELTA, **extra)
+
+    def forced_ids(self, text: str) -> list[int] | None:
+        """The answer's natural token ids and the end-of-turn token, as the model would write it.
+
+        None when the tokenizer does not give the text back exactly (then a regex forces the characters)."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        eos = self.tokenizer.eos_token_id
+        if eos is None or self.tokenizer.decode(ids) != text:
+            return None
+        return [*ids, eos]
 
     def _grammar(self, tools: list[dict[str, Any]]) -> str:
         key = json.dumps(tools, sort_keys=True)
@@ -257,6 +275,7 @@ def _build_llm(settings: VLLMSettings) -> Any:
         # at start and gained nothing measurable here, so CPUs run eager.
         dtype=("bfloat16" if cpu_has_bf16() else "float32") if on_cpu else "auto",
         enforce_eager=on_cpu,
+        logits_processors=[PROCESSOR],  # forced answers take the recorded text's own tokens
     )
     load = EngineLoad()
     try:
