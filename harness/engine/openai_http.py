@@ -117,6 +117,8 @@ class OpenAIEngine:
                 if resp.status_code != 200:
                     await self._raise_for_status(resp, request)
                 async for line in resp.aiter_lines():
+                    if rid in self._aborted:  # closing the response does not always stop lines already on their way
+                        break
                     if not line.startswith("data:"):
                         continue
                     data = line[5:].strip()
