@@ -181,3 +181,15 @@ async def test_a_forced_answer_takes_its_own_tokens_even_beside_other_requests(v
         assert answer == text
         assert last.usage.output_tokens == len(natural) + 1  # and the end of the turn
         assert last.finish_reason == "stop"
+
+
+async def test_the_kv_cache_capacity_agrees_with_its_configured_size(vllm_engine, monkeypatch) -> None:
+    # `tao bench cosched --engine embedded` paces by this capacity: it doubles with bf16 and follows
+    # VLLM_CPU_KVCACHE_SPACE, so no built-in profile can stand for it.
+    from harness.bench.calibrate import kv_tokens
+
+    counted = kv_tokens(vllm_engine)
+    assert counted > 0 and counted % vllm_engine.block_size == 0
+    monkeypatch.setattr(vllm_engine._llm.vllm_config.cache_config, "num_gpu_blocks", None)
+    estimated = kv_tokens(vllm_engine)  # from the cache's size in bytes and one token's K and V
+    assert abs(estimated - counted) <= vllm_engine.block_size

@@ -22,14 +22,16 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 from harness.bench import cosched_run as runner
 from harness.bench import emit, machine, run_module
+from harness.bench.calibrate import kv_tokens
 from harness.bench.live import model_choice, quantile
 from harness.bench.vclock import VirtualClockLoop
+from harness.cosched import Pacing
 from harness.engine.sim import PROFILES, Profile, SimEngine
 from harness.errors import UsageError
 
@@ -41,6 +43,13 @@ def cache_dir() -> Path:
     from harness.bench.sessions import cache_dir as live_cache
 
     return live_cache().parent / "cosched"
+
+
+def local_profile() -> str:
+    """The built-in profile of this machine's CPU engine: bf16 where the CPU computes it natively, else float32."""
+    from harness.engine.vllm_local import cpu_has_bf16
+
+    return "cpu-bf16" if cpu_has_bf16() else "cpu"
 
 
 def profile_for(name: str) -> Profile:
@@ -55,12 +64,16 @@ def profile_for(name: str) -> Profile:
 
 async def run_levels(levels: list[int], engine_kind: str, profile: Profile, workload: runner.Workload,
                      most_groups: int, progress: bool, partial: Path | None = None,
-                     wanted: tuple[str, ...] = runner.MODES) -> list[dict[str, Any]]:
-    """Every level in every mode; the modes of a level run back to back, their order rotating by level."""
+                     wanted: tuple[str, ...] = runner.MODES) -> tuple[list[dict[str, Any]], Pacing]:
+    """Every level in every mode, and the pacing used; the modes of a level run back to back, their order
+    rotating by level. The real engine is paced by the profile's step times and its own KV cache size,
+    which differs from machine to machine (dtype, VLLM_CPU_KVCACHE_SPACE)."""
     root = cache_dir() / "workspace" / "repo"
     root.mkdir(parents=True, exist_ok=True)
-    pacing = runner.pacing_for(profile, workload)
     shared = await _embedded() if engine_kind == "embedded" else None
+    if shared is not None:
+        profile = replace(profile, kv_tokens=kv_tokens(shared))
+    pacing = runner.pacing_for(profile, workload)
     out = []
     try:
         for index, level in enumerate(levels):
@@ -89,7 +102,7 @@ async def run_levels(levels: list[int], engine_kind: str, profile: Profile, work
     finally:
         if shared is not None:
             await shared.close()
-    return out
+    return out, pacing
 
 
 async def _embedded() -> Any:
@@ -167,13 +180,13 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
         raise UsageError("--holdout splits --traces; give --traces DIR too")
     if most_groups is not None and most_groups < 1:
         raise UsageError(f"--groups {most_groups}: give a positive number of runs per level")
-    profile = profile_for(profile_name or ("cpu" if engine_kind == "embedded" else "gpu"))
+    profile = profile_for(profile_name or (local_profile() if engine_kind == "embedded" else "gpu"))
     model_path, model_note = model_choice(model)
     most = most_groups if most_groups is not None else (1 if engine_kind == "embedded" else 8)
     started = time.perf_counter()
     before = machine()
 
-    async def main() -> tuple[list[dict[str, Any]], runner.Workload]:
+    async def main() -> tuple[tuple[list[dict[str, Any]], Pacing], runner.Workload]:
         workload = await runner.load_workload(only, model_path, cache_dir(), traces, holdout)
         if long := workload.too_long(profile):
             raise UsageError(f"{len(long)} of {len(workload.sessions)} sessions outgrow the engine's context window "
@@ -183,8 +196,7 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
 
     factory = VirtualClockLoop if engine_kind == "sim" else None
     with asyncio.Runner(loop_factory=factory) as loop:
-        rows, workload = loop.run(main())
-    pacing = runner.pacing_for(profile, workload)
+        (rows, pacing), workload = loop.run(main())
     result_ratios = ratios(rows)
     return {"config": {"engine": engine_kind, "profile": profile.name, "levels": levels, "groups_at_most": most,
                        "model": model_note, "pacing": asdict(pacing), "sessions": [s.name for s in workload.sessions],
@@ -198,7 +210,8 @@ def table(result: dict[str, Any]) -> str:
     """The result as plain-text tables."""
     config = result["config"]
     lines = [f"tao bench cosched: engine {config['engine']} ({config['profile']}), pacing knee "
-             f"{config['pacing']['knee']}, max wait {config['pacing']['max_wait']:.1f} s; model: {config['model']}",
+             f"{config['pacing']['knee']}, KV cache {config['pacing']['kv_tokens']:,} tokens, max wait "
+             f"{config['pacing']['max_wait']:.1f} s; model: {config['model']}",
              f"{'N':>5} {'mode':8}{'mean s':>10}{'p99 s':>10}{'eng s/step':>11}{'queue s/step':>13}{'cached':>8}"
              f"{'promo':>7}{'warm ok/all':>12}"]
     for row in result["levels"]:
@@ -248,9 +261,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated counts of concurrent sessions (default 1,8,32,64,128,192)")
     parser.add_argument("--engine", default="sim", choices=("sim", "embedded"),
                         help="sim (default) or embedded (real vLLM)")
-    parser.add_argument("--profile", help="the engine profile: gpu, cpu, or a `tao bench calibrate --out` JSON; the "
-                                         "simulator runs it, the co-scheduler paces by it (default: gpu for sim, "
-                                         "cpu for embedded)")
+    parser.add_argument("--profile", help="the engine profile: gpu, cpu, cpu-bf16, or a `tao bench calibrate --out` "
+                                         "JSON; the simulator runs it, the co-scheduler paces by its step times and "
+                                         "(sim only) its KV cache (default: gpu for sim; for embedded cpu-bf16 on a "
+                                         "CPU with native bf16, else cpu)")
     parser.add_argument("--only", help="comma-separated recorded session names (default: all)")
     parser.add_argument("--traces", type=Path, help="drive the sessions from other agents' trajectories under this "
                                                     "directory (any `tao traces import` format) instead of "

@@ -111,7 +111,7 @@ class Profile:
         return asdict(self)
 
 
-# This machine's vLLM CPU engine with the embedded model (SmolLM2-135M, float32, eager, 2 GiB KV cache;
+# vLLM's CPU engine with the embedded model on a 2-core CPU without native bf16 (SmolLM2-135M, float32, eager, 2 GiB KV cache;
 # vLLM's CPU defaults: 128-token blocks, 128 sequences, 2,048 tokens a step), fitted on 2026-12-01 by
 #   flock /tmp/tao-bench.lock tao bench calibrate --out calibration.json        (defaults; 125 s)
 # 12 decode points (batch 1 to 32 at 58 and 1,035 tokens of context; 0.065 to 0.354 s a step) and 4
@@ -122,7 +122,18 @@ CPU = Profile(
     step=StepModel(base=0.07179, per_seq=0.005846, per_token=0.003442, per_decode_pair=3.463e-06,
                    per_prefill_pair=2.899e-06),
     kv_tokens=46_592, block_size=128, max_seqs=128, max_batched_tokens=2048, max_model_len=8192,
-    source="fitted to this machine's vLLM CPU engine (tao bench calibrate, 2026-12-01)")
+    source="fitted to the vLLM CPU engine on a 2-core AMD EPYC without native bf16 (tao bench calibrate, 2026-12-01)")
+
+# The same engine on a CPU with native bf16 (AVX512-BF16; vLLM then serves the model in bf16, which halves
+# a token's KV, so the same 2 GiB hold twice the tokens), fitted on 2026-12-01 on an idle machine by
+#   flock /tmp/tao-bench.lock tao bench calibrate --out calibration.json        (defaults; 58 s)
+# the same 16 points, fitted within 12% each (0.025 to 0.080 s a decode step, 0.054 to 0.87 s a prefill).
+CPU_BF16 = Profile(
+    name="cpu-bf16-smollm2-135m",
+    step=StepModel(base=0.02212, per_seq=0.001373, per_token=0.0005423, per_decode_pair=3.764e-07,
+                   per_prefill_pair=5.849e-07),
+    kv_tokens=93_184, block_size=128, max_seqs=128, max_batched_tokens=2048, max_model_len=8192,
+    source="fitted to the vLLM CPU engine on a 2-core AMD EPYC with AVX512-BF16 (tao bench calibrate, 2026-12-01)")
 
 # A GPU-class engine: Llama-3.1-8B in bf16 on one A100-80GB (SXM) under vLLM, derived from the hardware's
 # datasheet figures and the model's shape with conservative efficiencies:
@@ -143,7 +154,7 @@ GPU = Profile(
     chars_per_token=3.36,
     source="A100-80GB datasheet and Llama-3.1-8B's shape, checked against a published vLLM A100 sweep")
 
-PROFILES = {"cpu": CPU, "gpu": GPU}
+PROFILES = {"cpu": CPU, "cpu-bf16": CPU_BF16, "gpu": GPU}
 
 
 class Phase(enum.IntEnum):
