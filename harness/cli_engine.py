@@ -30,6 +30,9 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--prompt-tokens", type=int, default=4096, help="long prompt size (default 4096)")
     bench.add_argument("--concurrency", default="1,4,16", help="comma-separated request counts (default 1,4,16)")
     bench.add_argument("--decode-tokens", type=int, default=128, help="tokens each decode request makes (default 128)")
+    bench.add_argument("--forced", action="store_true",
+                       help="also force the recorded answers of examples/sessions by their token ids and by a regex "
+                            "(tokens and seconds of each; about 7 minutes on 2 cores)")
     bench.set_defaults(func=cmd_bench_engine)
 
 
@@ -69,4 +72,4 @@ def cmd_bench_engine(args: argparse.Namespace) -> int:
         concurrency = [int(part) for part in args.concurrency.split(",") if part.strip()]
     except ValueError:
         raise UsageError(f"--concurrency takes comma-separated integers, not {args.concurrency!r}") from None
-    return main(args.prompt_tokens, concurrency, args.decode_tokens)
+    return main(args.prompt_tokens, concurrency, args.decode_tokens, args.forced)

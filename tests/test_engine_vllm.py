@@ -193,3 +193,10 @@ async def test_the_kv_cache_capacity_agrees_with_its_configured_size(vllm_engine
     monkeypatch.setattr(vllm_engine._llm.vllm_config.cache_config, "num_gpu_blocks", None)
     estimated = kv_tokens(vllm_engine)  # from the cache's size in bytes and one token's K and V
     assert abs(estimated - counted) <= vllm_engine.block_size
+
+
+async def test_a_regex_still_forces_the_characters_where_token_ids_cannot(vllm_engine) -> None:
+    # The fallback for a text the tokenizer does not give back exactly: the characters, in whatever tokens.
+    text, last = await collect(vllm_engine, LLMRequest(rid(), [{"role": "user", "content": "Go."}], 400, force=FORCED[0]),
+                               force_regex=True)
+    assert text == FORCED[0] and last.finish_reason == "stop"

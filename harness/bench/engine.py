@@ -2,8 +2,9 @@
 
 Measures engine start (process, model load, KV cache), time to first token for a ~4k-token prompt cold
 and again from the prefix cache (same long prefix, a different last message), and decode throughput
-at 1, 4 and 16 concurrent requests (each generating a fixed number of tokens, end-of-sequence ignored).
-Prints JSON on stdout, then a table on stderr.
+at 1, 4 and 16 concurrent requests (each generating a fixed number of tokens, end-of-sequence ignored);
+with `--forced`, also what forcing the recorded answers of examples/sessions costs, by their own token ids
+(how benchmarks replay them) and by a regex of their text. Prints JSON on stdout, then a table on stderr.
 """
 
 from __future__ import annotations
@@ -59,7 +60,32 @@ async def decode_rate(engine: Any, concurrency: int, tokens: int) -> dict[str, A
             "per_request_tokens_per_s": round(sum(per_request) / len(per_request), 1) if per_request else None}
 
 
-async def bench(prompt_tokens: int, concurrency: list[int], decode_tokens: int) -> dict[str, Any]:
+async def forced_costs(engine: Any) -> dict[str, Any]:
+    """The recorded answers of examples/sessions forced through the engine by their own token ids and by a regex
+    of their text (the two ways alternating first, turn by turn): tokens and seconds of each, and whether
+    every answer came out verbatim."""
+    from harness.bench.sessions import load_sessions
+
+    texts = [turn.text for session in load_sessions() for turn in session.recording.turns]
+    totals = {way: {"tokens": 0, "seconds": 0.0, "verbatim": 0} for way in ("tokens", "regex")}
+    for index, text in enumerate(texts):
+        ways = ("tokens", "regex") if index % 2 == 0 else ("regex", "tokens")
+        for way in ways:
+            request = LLMRequest(f"forced-{way}-{index}-{uuid.uuid4().hex[:6]}", [{"role": "user", "content": "Go on."}],
+                                 max_tokens=len(text) + 8, force=text)
+            started, answer, usage = time.monotonic(), "", Usage()
+            async for chunk in engine.stream(request, force_regex=way == "regex"):
+                answer, usage = answer + chunk.text, chunk.usage or usage
+            total = totals[way]
+            total["seconds"] += time.monotonic() - started
+            total["tokens"] += usage.output_tokens
+            total["verbatim"] += answer == text
+    for total in totals.values():
+        total["seconds"] = round(total["seconds"], 1)
+    return {"answers": len(texts), "characters": sum(len(t) for t in texts), **totals}
+
+
+async def bench(prompt_tokens: int, concurrency: list[int], decode_tokens: int, forced: bool = False) -> dict[str, Any]:
     """Start the embedded engine in-process and measure it; see the module docstring."""
     from harness.engine.factory import EngineOptions, start_local
 
@@ -75,6 +101,7 @@ async def bench(prompt_tokens: int, concurrency: list[int], decode_tokens: int) 
         warm = await run_one(engine, LLMRequest("ttft-cached", prefix + [{"role": "user", "content": "List the functions."}],
                                                 max_tokens=1))
         decode = [await decode_rate(engine, c, decode_tokens) for c in concurrency]
+        forcing = await forced_costs(engine) if forced else None
     finally:
         await engine.close()
     import vllm
@@ -86,7 +113,7 @@ async def bench(prompt_tokens: int, concurrency: list[int], decode_tokens: int) 
         "ttft_cold_s": round(cold.ttft or 0.0, 2), "prompt_tokens": cold.prompt_tokens,
         "cached_tokens_cold": cold.cached_tokens,
         "ttft_cached_s": round(warm.ttft or 0.0, 2), "cached_tokens": warm.cached_tokens,
-        "decode_tokens": decode_tokens, "decode": decode,
+        "decode_tokens": decode_tokens, "decode": decode, **({"forced": forcing} if forcing else {}),
         "machine": {**info, "load_after": machine()["load"]},
     }
 
@@ -97,6 +124,10 @@ def table(result: dict[str, Any]) -> str:
             (f"TTFT cold, {result['prompt_tokens']}-token prompt (s)", result["ttft_cold_s"]),
             (f"TTFT from prefix cache, {result['cached_tokens']} cached (s)", result["ttft_cached_s"])]
     rows += [(f"decode tokens/s at {d['concurrency']} concurrent", d["tokens_per_s"]) for d in result["decode"]]
+    if "forced" in result:
+        f = result["forced"]
+        rows += [(f"{f['answers']} recorded answers forced by {way}: tokens, s, verbatim",
+                  f"{f[way]['tokens']}, {f[way]['seconds']}, {f[way]['verbatim']}") for way in ("tokens", "regex")]
     width = max(len(name) for name, _ in rows)
     m = result["machine"]
     lines = [f"{result['engine']} on {m['cores']} cores of {m['cpu'] or 'an unknown CPU'} "
@@ -104,10 +135,11 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join(lines + [f"  {name:<{width}}  {value}" for name, value in rows])
 
 
-def main(prompt_tokens: int = 4096, concurrency: list[int] | None = None, decode_tokens: int = 128) -> int:
+def main(prompt_tokens: int = 4096, concurrency: list[int] | None = None, decode_tokens: int = 128,
+         forced: bool = False) -> int:
     """Run the benchmark, print JSON on stdout and the table on stderr."""
     terminate_as_interrupt()
-    result = asyncio.run(bench(prompt_tokens, concurrency or [1, 4, 16], decode_tokens))
+    result = asyncio.run(bench(prompt_tokens, concurrency or [1, 4, 16], decode_tokens, forced))
     emit(result, table)
     return 0
 

@@ -157,14 +157,18 @@ class VLLMEngine:
                 "or the model served with a longer --max-model-len")
         return room
 
-    def sampling_params(self, request: LLMRequest, room: int, ignore_eos: bool = False) -> Any:
-        """vLLM SamplingParams for one request: delta streaming, and the call constraint when asked."""
+    def sampling_params(self, request: LLMRequest, room: int, ignore_eos: bool = False,
+                        force_regex: bool = False) -> Any:
+        """vLLM SamplingParams for one request: delta streaming, and the call constraint when asked.
+
+        A forced answer goes by its own token ids; `force_regex` forces only its characters, as Tao did
+        before (kept to measure the difference: `tao bench engine --forced`)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         extra: dict[str, Any] = {}
         max_tokens = request.max_tokens
-        forced = self.forced_ids(request.force) if request.force is not None else None
+        forced = self.forced_ids(request.force) if request.force is not None and not force_regex else None
         if forced is not None:
             extra, max_tokens = {"extra_args": {FORCE_KEY: forced}}, len(forced)
         elif request.force is not None:
@@ -193,7 +197,8 @@ class VLLMEngine:
             self._grammars[key] = structural_tag_json(tools, self.settings.reasoning_tokens)
         return self._grammars[key]
 
-    async def stream(self, request: LLMRequest, *, ignore_eos: bool = False) -> AsyncIterator[Chunk]:
+    async def stream(self, request: LLMRequest, *, ignore_eos: bool = False,
+                     force_regex: bool = False) -> AsyncIterator[Chunk]:
         """Stream the answer; the last chunk carries usage and the finish reason (`abort` if aborted)."""
         from vllm.inputs.engine import tokens_input
 
@@ -202,7 +207,7 @@ class VLLMEngine:
         ids = self.render(request)
         if request.prompt_limit is not None:
             ids = ids[:max(1, request.prompt_limit)]
-        params = self.sampling_params(request, self.check_fits(len(ids)), ignore_eos)
+        params = self.sampling_params(request, self.check_fits(len(ids)), ignore_eos, force_regex)
         if self._aborted.pop(request.request_id, False) is None:  # aborted before it was submitted
             yield Chunk(usage=Usage(prompt_tokens=len(ids)), finish_reason="abort")
             return
