@@ -117,3 +117,21 @@ def test_sessions_longer_than_the_engines_window_are_refused_up_front() -> None:
 
     with pytest.raises(UsageError, match="context window .8192 tokens"):
         cosched.run([1], "sim", "cpu", None, None, 1, progress=False, traces=TRACES, holdout=0.3)
+
+
+@needs_traces
+def test_repetitions_rotate_the_modes_and_pool_their_sessions() -> None:
+    from harness.bench import cosched
+    from harness.bench.trace_workload import trace_workload
+
+    short = next(s.name for s in trace_workload(TRACES, 0.3)[0] if len(s.recording.turns) <= 20)
+    result = cosched.run([2], "sim", "gpu", [short], None, 1, progress=False, traces=TRACES, holdout=0.3, repeat=2)
+    [row] = result["levels"]
+    assert row["order"] == [["fcfs", "spec", "cosched"], ["spec", "cosched", "fcfs"]]
+    for mode in ("fcfs", "spec", "cosched"):
+        summary = row["modes"][mode]
+        assert summary["runs"] == 4 and len(summary["repetition_means"]) == 2  # 2 sessions, twice
+        assert min(summary["repetition_means"]) <= summary["mean"] <= max(summary["repetition_means"])
+    assert result["config"]["repeat"] == 2
+    with pytest.raises(UsageError, match="--repeat 0"):
+        cosched.run([2], "sim", "gpu", [short], None, 1, progress=False, traces=TRACES, holdout=0.3, repeat=0)

@@ -8,10 +8,11 @@ only the system prompt is shared) in three modes (harness.bench.cosched_run): `f
 no pacing: plain vLLM), `spec` (speculation, no pacing) and `cosched` (speculation and the co-scheduler's
 Pacing policy). Reported per level and mode: mean and p99 session time, engine time per step, time
 waiting for admission, cached prompt share; and the ratios the issue's targets are about. `--engine sim`
-runs harness.engine.sim on a virtual clock (harness.bench.vclock), `--profile gpu` (default) or `cpu`
-or a calibration JSON (`tao bench calibrate`); the co-scheduler paces by the same profile (`cpu` for
-the embedded engine unless `--profile` says otherwise). JSON with `--json`, and a table; `--partial`
-keeps the levels done so far in a file, for long real-engine runs.
+runs harness.engine.sim on a virtual clock (harness.bench.vclock), `--profile gpu` (default), `cpu`,
+`cpu-bf16` or a calibration JSON (`tao bench calibrate`); the co-scheduler paces by the same profile (for
+the embedded engine: this CPU's built-in profile unless `--profile` says otherwise, with the engine's own
+KV cache size). `--repeat` runs every level again, the modes' order rotating. JSON with `--json`, and a
+table; `--partial` keeps the levels done so far in a file, for long real-engine runs.
 """
 
 from __future__ import annotations
@@ -64,10 +65,11 @@ def profile_for(name: str) -> Profile:
 
 async def run_levels(levels: list[int], engine_kind: str, profile: Profile, workload: runner.Workload,
                      most_groups: int, progress: bool, partial: Path | None = None,
-                     wanted: tuple[str, ...] = runner.MODES) -> tuple[list[dict[str, Any]], Pacing]:
-    """Every level in every mode, and the pacing used; the modes of a level run back to back, their order
-    rotating by level. The real engine is paced by the profile's step times and its own KV cache size,
-    which differs from machine to machine (dtype, VLLM_CPU_KVCACHE_SPACE)."""
+                     wanted: tuple[str, ...] = runner.MODES, repeat: int = 1) -> tuple[list[dict[str, Any]], Pacing]:
+    """Every level in every mode, `repeat` times, and the pacing used. The modes of a level run back to back,
+    their order rotating by level and by repetition, so that drifts in the machine's load hit every mode.
+    The real engine is paced by the profile's step times and its own KV cache size, which differs from
+    machine to machine (dtype, VLLM_CPU_KVCACHE_SPACE)."""
     root = cache_dir() / "workspace" / "repo"
     root.mkdir(parents=True, exist_ok=True)
     shared = await _embedded() if engine_kind == "embedded" else None
@@ -77,27 +79,35 @@ async def run_levels(levels: list[int], engine_kind: str, profile: Profile, work
     out = []
     try:
         for index, level in enumerate(levels):
-            modes = [m for m in runner.MODES[index % 3:] + runner.MODES[:index % 3] if m in wanted]
-            row: dict[str, Any] = {"sessions": level, "modes": {}}
-            for mode in modes:
-                runs, engine_stats = [], []
-                for g, members in enumerate(runner.groups(level, workload, most_groups)):
-                    engine = shared or SimEngine(profile)
-                    if shared is not None:
-                        await runner.warm_system_prompt(shared, workload, root)
-                    tag = f"{mode}-{level}-{g}-{time.time_ns() % 10**8}"
-                    group = await runner.run_group(engine, workload, members, mode, pacing, tag, root)
-                    runs.append(group)
-                    if isinstance(engine, SimEngine):
-                        engine_stats.append(asdict(engine.stats))
-                        await engine.close()
-                row["modes"][mode] = mode_summary(runs, engine_stats)
-                if partial is not None:  # a long run keeps what it measured should it be stopped
-                    partial.write_text(json.dumps({"levels": [*out, row]}, indent=1) + "\n", encoding="utf-8")
-                if progress:
-                    m = row["modes"][mode]
-                    print(f"  {level:4} sessions  {mode:8} mean {m['mean']:9.2f} s  p99 {m['p99']:9.2f} s  "
-                          f"({m['runs']} sessions)", file=sys.stderr, flush=True)
+            row: dict[str, Any] = {"sessions": level, "modes": {}, "order": []}
+            runs: dict[str, list[list[dict[str, Any]]]] = {mode: [] for mode in wanted}  # per repetition
+            stats: dict[str, list[dict[str, Any]]] = {mode: [] for mode in wanted}
+            for rep in range(repeat):
+                shift = (index + rep) % len(runner.MODES)
+                modes = [m for m in runner.MODES[shift:] + runner.MODES[:shift] if m in wanted]
+                row["order"].append(modes)
+                for mode in modes:
+                    groups = []
+                    for g, members in enumerate(runner.groups(level, workload, most_groups)):
+                        engine = shared or SimEngine(profile)
+                        if shared is not None:
+                            await runner.warm_system_prompt(shared, workload, root)
+                        tag = f"{mode}-{level}-{rep}-{g}-{time.time_ns() % 10**8}"
+                        groups.append(await runner.run_group(engine, workload, members, mode, pacing, tag, root))
+                        if isinstance(engine, SimEngine):
+                            stats[mode].append(asdict(engine.stats))
+                            await engine.close()
+                    runs[mode].append(groups)
+                    summary = mode_summary([g for done in runs[mode] for g in done], stats[mode])
+                    summary["repetition_means"] = [mode_summary(done, [])["mean"] for done in runs[mode]]
+                    row["modes"][mode] = summary
+                    if partial is not None:  # a long run keeps what it measured should it be stopped
+                        partial.write_text(json.dumps({"levels": [*out, row]}, indent=1) + "\n", encoding="utf-8")
+                    if progress:
+                        last = summary["repetition_means"][-1]
+                        print(f"  {level:4} sessions  {mode:8} repetition {rep + 1}/{repeat}: mean {last:9.2f} s; "
+                              f"so far mean {summary['mean']:9.2f} s  p99 {summary['p99']:9.2f} s  "
+                              f"({summary['runs']} session runs)", file=sys.stderr, flush=True)
             out.append(row)
     finally:
         if shared is not None:
@@ -168,7 +178,7 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def run(levels: list[int], engine_kind: str, profile_name: str | None, only: list[str] | None, model: Path | None,
         most_groups: int | None, progress: bool = True, partial: Path | None = None,
         modes: tuple[str, ...] = runner.MODES, traces: Path | None = None,
-        holdout: float | None = None) -> dict[str, Any]:
+        holdout: float | None = None, repeat: int = 1) -> dict[str, Any]:
     """The whole benchmark: load the workload, run every level in every mode, summarize."""
     if engine_kind not in ("sim", "embedded"):
         raise UsageError(f"--engine must be sim or embedded, not {engine_kind!r}")
@@ -178,6 +188,8 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
         raise UsageError(f"--holdout {holdout}: give the held-out share as a fraction between 0 and 1, e.g. 0.3")
     if holdout is not None and traces is None:
         raise UsageError("--holdout splits --traces; give --traces DIR too")
+    if repeat < 1:
+        raise UsageError(f"--repeat {repeat}: give a positive number of repetitions")
     if most_groups is not None and most_groups < 1:
         raise UsageError(f"--groups {most_groups}: give a positive number of runs per level")
     profile = profile_for(profile_name or (local_profile() if engine_kind == "embedded" else "gpu"))
@@ -192,13 +204,15 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
             raise UsageError(f"{len(long)} of {len(workload.sessions)} sessions outgrow the engine's context window "
                              f"({profile.max_model_len} tokens, profile {profile.name}), e.g. {long[0]}; pick "
                              "sessions with --only, or an engine with a longer window (--profile gpu)")
-        return await run_levels(levels, engine_kind, profile, workload, most, progress, partial, modes), workload
+        return await run_levels(levels, engine_kind, profile, workload, most, progress, partial, modes,
+                                repeat), workload
 
     factory = VirtualClockLoop if engine_kind == "sim" else None
     with asyncio.Runner(loop_factory=factory) as loop:
         (rows, pacing), workload = loop.run(main())
     result_ratios = ratios(rows)
     return {"config": {"engine": engine_kind, "profile": profile.name, "levels": levels, "groups_at_most": most,
+                       "repeat": repeat,
                        "model": model_note, "pacing": asdict(pacing), "sessions": [s.name for s in workload.sessions],
                        "workload": str(traces) if traces is not None else "examples/sessions", "holdout": holdout,
                        "wall_seconds": round(time.perf_counter() - started, 1)},
@@ -274,6 +288,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", type=Path, help="learned pattern model for the speculating modes")
     parser.add_argument("--groups", type=int, help="runs per level below the workload's size, to cover every "
                                                    "session (default: 8 for sim, 1 for embedded)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run every level this many times, the modes' order rotating each time (default 1)")
     parser.add_argument("--modes", default=",".join(runner.MODES),
                         help="comma-separated modes to run (default fcfs,spec,cosched)")
     parser.add_argument("--partial", type=Path, help="write the levels measured so far to this JSON file after "
@@ -291,7 +307,7 @@ def cmd_cosched(args: argparse.Namespace) -> int:
     if not modes or set(modes) - set(runner.MODES):
         raise UsageError(f"--modes {args.modes!r}: choose from {', '.join(runner.MODES)}")
     result = run(levels, args.engine, args.profile, only, args.model, args.groups, partial=args.partial, modes=modes,
-                 traces=args.traces, holdout=args.holdout)
+                 traces=args.traces, holdout=args.holdout, repeat=args.repeat)
     emit(result, table, as_json=args.json)
     return 0
 
