@@ -239,3 +239,19 @@ def test_the_first_argument_is_read_from_the_streamed_json() -> None:
     assert args_prefix_of('{"command": "a\\') == "a"
     assert args_prefix_of('{"path": "src/a.py", "start') == "src/a.py"
     assert args_prefix_of('{"comm') == ""
+
+
+def test_another_agents_todo_list_and_subagent_calls_are_never_proposed_again() -> None:
+    script = Script()
+    script.step("TodoWrite", {"todos": [{"content": "Fix add", "status": "in_progress"}]}, "Todos updated.")
+    script.step("Task", {"description": "Find uses", "prompt": "Search for add("}, "Only calc/ops.py uses it.")
+    script.bash("cat calc/ops.py", "def add(a, b):\n    return a - b\n")
+    keys = {c.key for c in analyzer_after(script).predict("a", k=500)}
+    assert canonical_bash("cat calc/ops.py").key in keys  # an earlier workspace call is still repeated
+    assert not any(key.startswith(("TodoWrite", "Task")) for key in keys)
+
+
+def test_a_read_numbered_with_arrows_is_kept_as_the_files_text() -> None:
+    from harness.speculation.state import plain_text
+
+    assert plain_text("     1\u2192def add(a, b):\n     2\u2192    return a - b\n") == "def add(a, b):\n    return a - b\n"

@@ -21,6 +21,9 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
 MINI = SHARED / "mini-swe-agent-gemini-3-pro-swebench-verified"
 SWE = SHARED / "swe-agent-demonstrations"
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "claude_code_session.jsonl"
+# Laid out as Claude Code 2.x writes a transcript: a record per content block, thinking, parallel calls,
+# a subagent's records in the same file, meta records and slash-command echoes, a record written twice.
+REALISTIC = Path(__file__).resolve().parent / "fixtures" / "claude_code_realistic.jsonl"
 
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared trajectories not found at {SHARED}")
 
@@ -116,6 +119,28 @@ def test_claude_code_fixture_maps_tools_and_reports_damage() -> None:
     assert any("unknown record type 'progress'" in s for s in report.skipped)
     turns = [e for e in session.events if isinstance(e, LLMEnd)]
     assert turns[0].text == "Let me run the failing test first." and turns[0].tool_calls
+
+
+def test_claude_code_transcript_as_written_by_claude_code_2() -> None:
+    assert detect(REALISTIC) == "claude-code"
+    sessions, report = only(REALISTIC)
+    assert report.skipped == []
+    main, agent = sessions
+    assert main.events[0].task.startswith("Cart.total() ignores the discount")  # not the caveat, not /clear
+    assert [c.name for c in calls(main.events)] == ["grep", "read_file", "read_file", "bash", "TodoWrite", "Task",
+                                                    "edit_file", "bash"]
+    assert agent.session_id == main.session_id + "-agent-a1b2c3d"
+    assert [c.arguments for c in calls(agent.events)] == [{"pattern": "\\.discount", "path": "/home/dev/shop"}]
+    assert agent.events[0].task == "Search the repo for other uses of .discount"
+    turns = [e for e in main.events if isinstance(e, LLMEnd)]
+    assert turns[0].text.startswith("The user says Cart.total ignores the discount")  # thinking is reasoning
+    assert "I should find where total is defined" in turns[0].text
+    third = turns[2]  # thinking, text and two tool uses, each in a record of its own
+    assert third.text.index("run them at the same time") < third.text.index("I'll look at the tests")
+    assert len(third.tool_calls) == 2
+    results = [e for e in main.events if isinstance(e, ToolResult)]
+    assert len(results) == 8 and results[3].is_error and "1 failed" in results[3].output
+    assert sum("has been updated" in r.output for r in results) == 1  # the record written twice counts once
 
 
 def test_claude_code_call_without_result_is_reported(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.speculation.action import FINISH, SLOW_KINDS, VIEW, Action, list_action, read_action
+from harness.speculation.action import FINISH, OTHER, SLOW_KINDS, VIEW, Action, list_action, read_action
 from harness.speculation.canonical import canonical_bash
 from harness.speculation.state import SessionState, file_in_hand
 from harness.speculation.syntax import enclosing_range
@@ -81,7 +81,9 @@ def repeats(state: SessionState, pool: Pool) -> None:
     """Earlier calls again, most recent first, noting files edited and the workspace changed since.
 
     The last REPEAT_LIMIT distinct calls, and beyond them the last SLOW_REPEATS distinct script and test
-    runs however old: an agent re-runs its reproduction script after any number of reads."""
+    runs however old: an agent re-runs its reproduction script after any number of reads. Calls of kind
+    `other` (another agent's todo list, subagent or web tools) are never proposed again: they do not act on
+    the workspace, and the same call twice would only fill a place in the top K."""
     now = len(state.steps)
     kind_rank: dict[str, int] = {}
     slow_rank = 0
@@ -90,7 +92,7 @@ def repeats(state: SessionState, pool: Pool) -> None:
         action = state.steps[stats.last].action
         kind = action.kind
         slow = kind in SLOW_KINDS
-        if kind == FINISH or (seen >= REPEAT_LIMIT and not slow):
+        if kind in (FINISH, OTHER) or (seen >= REPEAT_LIMIT and not slow):
             continue
         if slow_rank >= SLOW_REPEATS and seen >= REPEAT_LIMIT:
             break

@@ -24,7 +24,7 @@ from harness.speculation.action import (CLEANUP, EDIT, LIST, READ, SCRIPT, SEARC
 from harness.speculation.canonical import canonical
 from harness.speculation.extract import path_mentions
 
-_NUMBERED = re.compile(r"(?m)^\s*\d+(?:\t|: |\| )")
+_NUMBERED = re.compile(r"(?m)^\s*\d+(?:\t|: |\| |\u2192)")
 _RUNNABLE = (".py", ".sh")
 MAX_TEXT = 400_000  # characters of file text kept per file, for tree-sitter
 

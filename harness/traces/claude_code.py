@@ -2,8 +2,12 @@
 
 Assistant records carry `message.content[]` items, among them `{type: "tool_use", id, name, input}`;
 user records carry `{type: "tool_result", tool_use_id, content}`; every record has an ISO `timestamp`.
-Consecutive assistant records form one model turn. Claude Code's tools become Tao calls where they
-amount to one (Bash, Read, Grep, LS, Edit, Write); others (Glob, Task, TodoWrite, ...) keep their name.
+Consecutive assistant records form one model turn (Claude Code writes one record per content block:
+thinking, text and each tool_use apart); its thinking counts as reasoning, before its text. Claude Code's
+tools become Tao calls where they amount to one (Bash, Read, Grep, LS, Edit, Write); others (Glob, Task,
+TodoWrite, ...) keep their name. A subagent's records (`isSidechain`) form a session of their own, records
+written twice (same `uuid`, as on resume) count once, and the task is the first prompt the user typed, not
+a meta record or a slash command's echo.
 """
 
 from __future__ import annotations
@@ -20,11 +24,14 @@ FORMAT = "claude-code"
 # Claude Code's file and shell tools, by the Tao names they are imported as (it has no run_tests).
 CLAUDE_CODE_TOOLS = ["bash", "edit_file", "finish", "grep", "list_files", "read_file", "write_file"]
 _QUIET_TYPES = {"summary", "system", "file-history-snapshot", "queue-operation"}
+# User texts that Claude Code writes itself: slash commands' echoes and output, caveats, interruptions.
+_NOT_TASK = ("<command-", "<local-command-", "Caveat:", "[Request interrupted")
 
 
 @dataclass
 class _Turn:
     text: str = ""
+    thinking: str = ""
     t: float | None = None
     uses: list[dict[str, Any]] = field(default_factory=list)
 
@@ -37,6 +44,7 @@ def sniff(path: Path, head: str) -> bool:
 def load(path: Path, report: ImportReport) -> list[Imported]:
     """One session per `sessionId` in the file; damaged or unknown records are reported and skipped."""
     records: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+    seen: set[str] = set()
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -55,7 +63,15 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
             continue
         if record.get("type") in _QUIET_TYPES:
             continue
-        records.setdefault(str(record.get("sessionId") or path.stem), []).append((number, record))
+        uuid = record.get("uuid")
+        if isinstance(uuid, str) and uuid:
+            if uuid in seen:
+                continue
+            seen.add(uuid)
+        session_id = str(record.get("sessionId") or path.stem)
+        if record.get("isSidechain"):
+            session_id += f"-agent-{record.get('agentId') or 'sidechain'}"
+        records.setdefault(session_id, []).append((number, record))
     return [s for sid, recs in records.items() if (s := _session(sid, recs, path, report))]
 
 
@@ -109,7 +125,7 @@ def _session(session_id: str, records: list[tuple[int, dict[str, Any]]], path: P
         for item in items:
             if isinstance(item, dict) and item.get("type") == "tool_result":
                 results[str(item.get("tool_use_id"))] = (_text(item.get("content")), bool(item.get("is_error")), rel)
-            elif isinstance(item, dict) and item.get("type") == "text" and not task:
+            elif isinstance(item, dict) and item.get("type") == "text" and not task and _typed(record, item):
                 task = str(item.get("text") or "")
     real = [turn for turn in turns if turn is not None]
     if not real:
@@ -128,6 +144,8 @@ def _add_assistant(turn: _Turn, items: list[Any], t: float | None) -> None:
             continue
         if item.get("type") == "text":
             turn.text += str(item.get("text") or "")
+        elif item.get("type") == "thinking" and item.get("thinking"):
+            turn.thinking += str(item.get("thinking")) + "\n\n"
         elif item.get("type") == "tool_use" and isinstance(item.get("input"), dict):
             turn.uses.append(item)
 
@@ -136,7 +154,7 @@ def _emit(builder: SessionBuilder, turn: _Turn, results: dict[str, tuple[str, bo
           report: ImportReport) -> None:
     native = [{"id": u.get("id"), "type": "function",
                "function": {"name": u.get("name"), "arguments": json.dumps(u.get("input"))}} for u in turn.uses]
-    builder.turn(turn.text, turn.t, native or None)
+    builder.turn(turn.thinking + turn.text, turn.t, native or None)
     for use in turn.uses:
         name, arguments = to_tao_call(str(use.get("name") or ""), use["input"])
         call_id = builder.call(name, arguments, str(use.get("id") or "") or None)
@@ -147,6 +165,13 @@ def _emit(builder: SessionBuilder, turn: _Turn, results: dict[str, tuple[str, bo
             continue
         output, is_error, t = found
         builder.result(call_id, output, None, is_error, t=t)
+
+
+def _typed(record: dict[str, Any], item: dict[str, Any]) -> bool:
+    """Whether a user text is what the user typed (not a meta record, a summary or a command's echo)."""
+    text = str(item.get("text") or "").lstrip()
+    return bool(text) and not record.get("isMeta") and not record.get("isCompactSummary") and \
+        not text.startswith(_NOT_TASK)
 
 
 def _text(content: Any) -> str:
