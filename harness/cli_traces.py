@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from harness.errors import UsageError
 from harness.speculation.canonical import canonical
 from harness.speculation.model import PatternModel, default_model_path
 from harness.traces import FORMATS, ImportReport, load_sessions, write_session
@@ -62,12 +63,15 @@ def cmd_import(args: argparse.Namespace) -> int:
     """`tao traces import`: write each session found as a Tao trajectory."""
     report = ImportReport()
     written = 0
-    for session in load_sessions(args.src, args.fmt, report):
+    for session in load_sessions(existing(args.src), args.fmt, report):
         write_session(session, args.out)
         written += 1
     _print_skipped(report)
+    if not written:
+        print(f"tao: {nothing_found(args.src)}", file=sys.stderr)
+        return 1
     print(f"imported {written} sessions ({report.actions} calls) into {args.out}", file=sys.stderr)
-    return 0 if written else 1
+    return 0
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -76,7 +80,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     formats: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
     tools: Counter[str] = Counter()
-    for session in load_sessions(args.dir, args.fmt, report):
+    for session in load_sessions(existing(args.dir), args.fmt, report):
         formats[session.format] += 1
         root = session.events[0].repo if session.events and hasattr(session.events[0], "repo") else ""
         for event in session.events:
@@ -94,15 +98,19 @@ def cmd_stats(args: argparse.Namespace) -> int:
         for kind, count in kinds.most_common():
             print(f"  {kind:12}{count:7d}{count / max(report.actions, 1):8.1%}")
         _print_skipped(report)
+    if not report.sessions:
+        print(f"tao: {nothing_found(args.dir)}", file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_learn(args: argparse.Namespace) -> int:
     """`tao traces learn`: learn the pattern model and save it."""
     report = ImportReport()
-    sessions = [s.events for src in args.dir for s in load_sessions(src, report=report)]
+    sessions = [s.events for src in args.dir for s in load_sessions(existing(src), report=report)]
     if not sessions:
-        print("tao: no trajectories found", file=sys.stderr)
+        _print_skipped(report)
+        print(f"tao: {nothing_found(*args.dir)}", file=sys.stderr)
         return 1
     model = PatternModel.learn(sessions, epochs=args.epochs)
     path = model.save(args.out or default_model_path())
@@ -115,12 +123,30 @@ def cmd_bench_predict(args: argparse.Namespace) -> int:
     """`tao bench predict`: the table on stderr, the JSON on stdout."""
     from harness.bench import dump, predict
 
+    existing(args.train), existing(args.test)
     result = predict.run(args.train, args.test, k=args.k, holdout=args.holdout, model_path=args.model,
                          save_model=args.save_model, prefix_chars=args.prefix_chars, epochs=args.epochs)
     if not args.json:
         print(predict.table(result), file=sys.stderr)
     print(dump(result))
     return 0 if result["actions"] else 1
+
+
+KNOWN_FILES = ("mini-swe-agent *.traj.json, SWE-agent *.traj, Claude Code transcripts *.jsonl "
+               "(~/.claude/projects/*/), Tao trajectories *.jsonl")
+
+
+def existing(path: Path) -> Path:
+    """`path` when it exists; else a UsageError that says what was expected."""
+    if not path.exists():
+        raise UsageError(f"{path} does not exist: give a trajectory file or a directory of them ({KNOWN_FILES})")
+    return path
+
+
+def nothing_found(*paths: Path) -> str:
+    """The message for sources that hold no trajectory Tao can read."""
+    where = ", ".join(str(p) for p in paths)
+    return f"no trajectories found in {where}: looked for {KNOWN_FILES}"
 
 
 def _print_skipped(report: ImportReport, limit: int = 20) -> None:

@@ -191,6 +191,21 @@ def test_cli_import_and_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert stats["sessions"] == 1 and stats["calls"] == 7 and stats["kinds"]["test"] == 2
 
 
+def test_cli_says_what_is_missing_and_what_it_looks_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import main
+
+    assert main(["traces", "import", str(tmp_path / "nowhere"), "--to", str(tmp_path / "out")]) == 2
+    assert "nowhere does not exist" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    for argv in (["traces", "stats", str(tmp_path / "empty")], ["traces", "learn", str(tmp_path / "empty")],
+                 ["traces", "import", str(tmp_path / "empty"), "--to", str(tmp_path / "out")]):
+        assert main(argv) == 1, argv
+        err = capsys.readouterr().err
+        assert "no trajectories found in" in err and "Claude Code transcripts *.jsonl" in err, err
+    assert main(["bench", "predict", "--train", str(tmp_path / "nowhere"), "--test", str(tmp_path / "empty")]) == 2
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_tao_trajectory_that_talks_about_messages_is_still_tao(tmp_path: Path) -> None:
     (session,), _ = only(FIXTURE)
     session.events[0].task = 'the "message" field and the "sessionId" are wrong'
