@@ -241,7 +241,7 @@ class SpecDiscard(Event):
     step: int
     spec_id: str
     reason: str
-    cost: float  # seconds it ran: CPU time spent for nothing, at most this much per process
+    cost: float  # CPU seconds an overlay run used (its whole process tree); seconds a pure one ran
 
 
 @dataclass

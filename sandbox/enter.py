@@ -12,7 +12,8 @@ its start-up (json, re, signal and socket would double it). The steps, in order:
     -> loopback up -> every other mount read-only -> fork the command: drop back to the caller's uid
     (user namespace) or drop CAP_SYS_ADMIN (real root), rlimits, nice, chdir, exec.
 
-A failure before exec prints one line `\\0tao-sandbox <hex of a marshalled dict>` and exits 125 (setup)
+With `cpu_fd` in SPEC (and a pid namespace), the stage writes the CPU seconds of the whole run, 8 bytes (a
+double), to that descriptor once the command has ended. A failure before exec prints one line `\\0tao-sandbox <hex of a marshalled dict>` and exits 125 (setup)
 or 126/127 (exec), which `sandbox.runner` turns back into an exception.
 """
 
@@ -321,6 +322,8 @@ def inside(spec: dict, argv: list[str], fds: dict[str, str]) -> None:
 def stage(spec: dict, argv: list[str]) -> None:
     """The whole setup; see the module docstring for the order."""
     check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+    if spec.get("cpu_fd") is not None:
+        os.set_inheritable(spec["cpu_fd"], False)  # the stage's to write; never the command's
     if spec.get("ppid") and os.getppid() != spec["ppid"]:
         report("setup", "pdeathsig", errno.ESRCH, "the process that started the sandbox has exited", SETUP_FAILED)
     flags = (CLONE_NEWNS if spec.get("mountns") else 0) | (CLONE_NEWUSER if spec.get("userns") else 0)
@@ -348,7 +351,19 @@ def stage(spec: dict, argv: list[str]) -> None:
     os.close(write_end)
     _, init_status = os.waitpid(child, 0)
     raw = os.read(read_end, 4)
+    report_cpu(spec.get("cpu_fd"))
     exit_like(struct.unpack("i", raw)[0] if len(raw) == 4 else init_status)
+
+
+def report_cpu(fd: int | None) -> None:
+    """Write the CPU seconds of this stage and of everything its pid 1 reaped (the command's whole tree)."""
+    if fd is None:
+        return
+    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    try:
+        os.write(fd, struct.pack("d", own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime))
+    except OSError:
+        pass
 
 
 def main() -> None:

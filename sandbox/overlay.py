@@ -26,7 +26,7 @@ from sandbox.cleanup import sweep_once
 from sandbox.errors import OverlayClosed
 from sandbox.limits import SPECULATIVE, Limits
 from sandbox.probe import Capabilities, detect
-from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, renice_session
+from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, renice_session, session_cpu
 from sandbox.runner import run_in_sandbox
 from sandbox.statedir import choose_base, new_state_dir, remove_tree
 from sandbox.workspace import confine, relative_to
@@ -72,6 +72,8 @@ class Overlay:
         self._lock = asyncio.Lock()
         self._running: set[asyncio.Future[ProcessResult]] = set()
         self._sessions: set[int] = set()  # session ids of the runs started, for boost()
+        self._live: int | None = None  # the session id of the run going on now
+        self._cpu_done: float | None = 0.0  # CPU seconds of the finished runs; None once one could not count
         self._boosted = False  # once boosted, later runs (and runs still setting up) are not niced
         self._closed = False
 
@@ -186,13 +188,17 @@ class Overlay:
         async with self._lock:
             if self._closed:
                 raise OverlayClosed("this overlay was discarded; create a new one")
+            reported: list[float] = []
             inner = asyncio.ensure_future(
                 run_in_sandbox(self._spec(), argv, timeout=self.limits.timeout if timeout is None else timeout,
-                               env=env, stdin=stdin, max_bytes=max_bytes, on_start=self._sessions.add)
+                               env=env, stdin=stdin, max_bytes=max_bytes, on_start=self._started,
+                               on_cpu=reported.append)
             )
             self._running.add(inner)
             try:
-                return await inner
+                result = await inner
+                self._cpu_done = self._cpu_done + reported[0] if reported and self._cpu_done is not None else None
+                return result
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if self._closed and inner.cancelled() and task is not None and not task.cancelling():
@@ -200,6 +206,19 @@ class Overlay:
                 raise
             finally:
                 self._running.discard(inner)
+                self._live = None
+
+    def _started(self, sid: int) -> None:
+        self._sessions.add(sid)
+        self._live = sid
+
+    def cpu_seconds(self) -> float | None:
+        """CPU seconds its runs have used so far (user and system, the whole process tree): finished runs as
+        their sandbox stage counted them, the run going on now read from /proc. None when a finished run
+        could not count (a stage without a pid namespace execs the command instead of waiting for it)."""
+        if self._cpu_done is None:
+            return None
+        return self._cpu_done + (session_cpu(self._live) if self._live is not None else 0.0)
 
     def boost(self) -> bool:
         """Run at Tao's own priority from now on: the real call is waiting for this run's result.

@@ -75,10 +75,12 @@ async def run_process(
     stdin: bytes | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     on_start: Callable[[int], None] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> ProcessResult:
     """Run `argv` in `cwd` in a new session (own process group); kill the group on timeout or cancel.
 
-    `on_start` receives the leader's pid (also the session and group id) once the process exists."""
+    `on_start` receives the leader's pid (also the session and group id) once the process exists;
+    `pass_fds` stay open in the child."""
     start = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -88,6 +90,7 @@ async def run_process(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
+        pass_fds=tuple(pass_fds),
     )
     if on_start is not None:
         on_start(proc.pid)
@@ -138,9 +141,10 @@ async def run_process(
     )
 
 
-def session_pids(sid: int) -> list[int]:
-    """Every live process of session `sid` (everything a command started, however deep)."""
-    pids = []
+def _session_stats(sid: int) -> list[tuple[int, list[bytes]]]:
+    """The /proc/PID/stat fields after the name (state, ppid, pgrp, session, ...) of every live process of
+    session `sid` (everything a command started, however deep)."""
+    found = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -149,9 +153,24 @@ def session_pids(sid: int) -> list[int]:
                 fields = handle.read().rsplit(b")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[3]) == sid:  # after the name: state, ppid, pgrp, session
-            pids.append(int(entry))
-    return pids
+        if int(fields[3]) == sid:
+            found.append((int(entry), fields))
+    return found
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every live process of session `sid`."""
+    return [pid for pid, _ in _session_stats(sid)]
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def session_cpu(sid: int) -> float:
+    """CPU seconds (user and system) used so far by the live processes of session `sid`, counting the
+    children they have already reaped (each process's utime, stime, cutime and cstime)."""
+    ticks = sum(int(value) for _, fields in _session_stats(sid) for value in fields[11:15])
+    return ticks / CLOCK_TICKS
 
 
 def renice_session(sid: int, nice: int) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno as errnos
 import marshal
 import os
+import struct
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -78,10 +79,28 @@ async def run_in_sandbox(
     stdin: bytes | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     on_start: Callable[[int], None] | None = None,
+    on_cpu: Callable[[float], None] | None = None,
 ) -> ProcessResult:
-    """Run `argv` in the sandbox; raises SetupFailed, or OSError when the program cannot be executed."""
-    result = await run_process(stage_argv(spec, argv), Path(spec.get("cwd") or "/"), timeout=timeout, env=env,
-                               stdin=stdin, max_bytes=max_bytes, on_start=on_start)
+    """Run `argv` in the sandbox; raises SetupFailed, or OSError when the program cannot be executed.
+
+    `on_cpu` receives the CPU seconds the run used, as the stage counted them when the command ended (a
+    stage with a pid namespace waits for the command and counts everything it reaped; one without execs
+    the command and cannot count, and a killed run does not report)."""
+    read_end, write_end = os.pipe() if on_cpu is not None else (None, None)
+    if write_end is not None:
+        spec = {**spec, "cpu_fd": write_end}
+    try:
+        result = await run_process(stage_argv(spec, argv), Path(spec.get("cwd") or "/"), timeout=timeout, env=env,
+                                   stdin=stdin, max_bytes=max_bytes, on_start=on_start,
+                                   pass_fds=(write_end,) if write_end is not None else ())
+    finally:
+        if write_end is not None:
+            os.close(write_end)
+    if read_end is not None:
+        reported = os.read(read_end, 8)  # every writer is gone: the stage wrote its 8 bytes, or nothing
+        os.close(read_end)
+        if on_cpu is not None and len(reported) == 8:
+            on_cpu(struct.unpack("d", reported)[0])
     if (report := failure(result)) is not None:
         raise_for(report, argv)
     return result

@@ -194,3 +194,24 @@ async def test_unknown_backend_is_explained(tmp_path: Path, state_base: Path) ->
         await Overlay.create(workspace, backend="zfs", state_dir=state_base)
     with pytest.raises(BackendUnavailable, match="git-worktree backend cannot be used"):
         await Overlay.create(workspace, backend="git-worktree", state_dir=state_base)
+
+
+BUSY = "import time\nstart = time.process_time()\nwhile time.process_time() - start < 0.5:\n    pass\n"
+
+
+async def test_cpu_seconds_count_the_work_not_the_wait(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+    from tests.test_sandbox_support import await_until
+
+    workspace = Workspace(make_repo(tmp_path / "ws"))
+    async with Overlay(workspace, state_dir=state_base) as sleeper, Overlay(workspace, state_dir=state_base) as busy:
+        await sleeper.run(["python3", "-c", "import time; time.sleep(0.5)"])
+        await busy.run(["python3", "-c", BUSY])
+        if sleeper.cpu_seconds() is None:
+            pytest.skip("the sandbox stage here has no pid namespace, so a finished run cannot count its CPU")
+        assert busy.cpu_seconds() >= 0.5  # it loops until it has used that much
+        assert sleeper.cpu_seconds() < busy.cpu_seconds() / 3
+        done = busy.cpu_seconds()
+        running = asyncio.ensure_future(busy.run(["python3", "-c", BUSY + "time.sleep(600)\n"]))
+        assert await await_until(lambda: busy.cpu_seconds() >= done + 0.5)  # the run going on, read from /proc
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)

@@ -213,3 +213,23 @@ async def test_once_the_call_is_named_speculations_of_other_tools_give_up_their_
     await scheduler.close()
     assert observation is not None and observation.text == await authoritative(repo, "read_file",
                                                                                {"path": "calc/ops.py"})
+
+
+async def test_a_discarded_run_costs_the_cpu_it_used_not_the_time_it_waited(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    busy = "python3 -c 'import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\ntime.sleep(986)'"
+    scheduler, events = make(repo, ("run_tests", {"command": "sleep 987.5"}), ("run_tests", {"command": busy}),
+                             budget=Budget(max_sandboxed=2))
+    waiting, working = scheduler.launch("a", 1)
+    for _ in range(400):
+        cpu = working.overlay.cpu_seconds() if working.overlay is not None else 0.0
+        if cpu is None or cpu >= 0.5:
+            break
+        await asyncio.sleep(0.05)
+    if cpu is None:
+        pytest.skip("the sandbox stage here has no pid namespace: costs fall back to wall time")
+    await scheduler.take(ParsedCall("c1", "list_files", {}))
+    await scheduler.close()
+    cost = {d.spec_id: d.cost for d in of(events, SpecDiscard)}
+    assert cost[working.spec_id] >= 0.5
+    assert cost[waiting.spec_id] < cost[working.spec_id] / 3  # it waited as long, on next to no CPU

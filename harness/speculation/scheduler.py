@@ -120,6 +120,13 @@ PAUSE_AFTER = 6  # launches of a kind before its hits are judged
 PAUSE_STEPS = 5  # steps a kind that does not pay stays paused before it is tried again
 
 
+def _cost(spec: Speculation) -> float:
+    """What a speculation has used: the CPU seconds of an overlay run (a niced run the engine starves costs
+    next to nothing, however long it waited), the seconds a pure one ran (brief, and not niced)."""
+    cpu = spec.overlay.cpu_seconds() if spec.overlay is not None else None
+    return cpu if cpu is not None else (spec.finished or time.monotonic()) - spec.started
+
+
 def _retrieve(task: asyncio.Task[Observation]) -> None:
     """Mark a speculation's exception as seen: a failed guess is not an error worth a warning."""
     if not task.cancelled():
@@ -336,7 +343,7 @@ class SpeculationScheduler:
     def _discard(self, spec: Speculation, reason: str) -> None:
         if spec.state >= SpecState.PROMOTED:
             return
-        cost = (spec.finished or time.monotonic()) - spec.started
+        cost = _cost(spec)  # read before the kill
         spec.state = SpecState.DISCARDED
         self.specs.pop(spec.key, None)
         if spec.task is not None and not spec.task.done():
