@@ -24,6 +24,9 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "claude_code_session.js
 # Laid out as Claude Code 2.x writes a transcript: a record per content block, thinking, parallel calls,
 # a subagent's records in the same file, meta records and slash-command echoes, a record written twice.
 REALISTIC = Path(__file__).resolve().parent / "fixtures" / "claude_code_realistic.jsonl"
+# mini-swe-agent 2 (format mini-swe-agent-1.1), written by hand: chat tool calls, and the Responses API.
+MINI_V2 = [Path(__file__).resolve().parent / "fixtures" / f"mini_swe_agent_v2_{shape}.traj.json"
+           for shape in ("toolcall", "response")]
 
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared trajectories not found at {SHARED}")
 
@@ -77,6 +80,39 @@ def test_mini_swe_agent_answers_without_one_block_become_format_errors() -> None
 
 
 @needs_shared
+@pytest.mark.parametrize("path", MINI_V2, ids=["toolcall", "response"])
+def test_mini_swe_agent_2_reads_the_parsed_actions_whatever_the_message_shape(path: Path) -> None:
+    assert detect(path) == "mini-swe-agent"
+    (session,), report = only(path)
+    assert report.skipped == []
+    assert session.events[0].task == "`calc.add(2, 3)` returns -1 instead of 5." and session.events[0].repo == "/testbed"
+    made = calls(session.events)
+    assert [c.arguments.get("command") for c in made[:-1]] == [
+        "ls", "cat calc/ops.py", "python -m pytest tests/test_ops.py -q", "sed -i 's/a - b/a + b/' calc/ops.py",
+        "python -m pytest tests/test_ops.py -q"]
+    assert made[-1].name == "finish" and session.events[-1].submission.startswith("diff --git a/calc/ops.py")
+    results = [e for e in session.events if isinstance(e, ToolResult)]
+    assert results[1].output == "def add(a, b):\n    return a - b\n"  # the raw output, not the template around it
+    assert [r.exit_code for r in results] == [0, 0, 1, 0, 0] and results[2].is_error
+    assert [r.t for r in results] == [0.5, 4.0, 7.5, 11.0, 14.5]  # tool times from the messages' timestamps
+    turns = [e for e in session.events if isinstance(e, LLMEnd)]
+    assert turns[2].text == "Run the failing test." and turns[2].output_tokens > 0
+
+
+def test_mini_swe_agent_2_format_errors_and_calls_left_unanswered(tmp_path: Path) -> None:
+    (session,), _ = only(MINI_V2[0])
+    assert [e.error for e in session.events if isinstance(e, FormatError)] == [
+        "Tool call error: No tool calls found in the response."]
+    data = json.loads(MINI_V2[0].read_text())
+    data["messages"] = [m for m in data["messages"] if m.get("role") != "tool"][:4]  # no observation at all
+    path = tmp_path / "cut.traj.json"
+    path.write_text(json.dumps(data))
+    (session,), report = only(path)
+    assert calls(session.events)[0].arguments == {"command": "ls"}
+    assert [r.is_error for r in session.events if isinstance(r, ToolResult)] == [True, True]
+    assert sum("a command without an observation" in line for line in report.skipped) == 2
+
+
 def test_swe_agent_commands_map_to_tao_tools() -> None:
     path = SWE / ("replay__marshmallow-code__marshmallow-1867__function_calling__install-1"
                   "__marshmallow-code__marshmallow-1867.traj")

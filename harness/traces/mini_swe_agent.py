@@ -1,10 +1,16 @@
-"""Importer for mini-swe-agent trajectories (`*.traj.json`, `trajectory_format: mini-swe-agent-1`).
+"""Importer for mini-swe-agent trajectories (`*.traj.json`, `trajectory_format: mini-swe-agent-1` and `-1.1`).
 
-Each assistant message holds reasoning and one ```bash block; the next user message holds
+Version 1: each assistant message holds reasoning and one ```bash block; the next user message holds
 `<returncode>N</returncode><output>...</output>` (or a head/tail of a long output). The block becomes a
 Tao `bash` call; the submit command (`echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT ...`) becomes `finish`,
 and an answer without exactly one block becomes a format_error. Times come from the model responses'
 `created` stamps; mini-swe-agent records no tool timings.
+
+Version 2 (`mini-swe-agent-1.1`) keeps each model message in its API's own shape (chat text with a
+```mswea_bash_command block, chat tool calls, or a Responses API object), so it is read through what
+every shape carries: the parsed `extra.actions` of a model turn (one or more commands), and
+`extra.raw_output` / `extra.returncode` of each observation, matched by tool call id; `extra.timestamp`
+on both gives model and tool times.
 """
 
 from __future__ import annotations
@@ -45,8 +51,10 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
     session_id = str(data.get("instance_id") or path.name.removesuffix(".traj.json"))
     builder = SessionBuilder(session_id, _task(messages), str(environment.get("cwd") or ""), FORMAT,
                              config={"instance_id": data.get("instance_id")})
-    t0 = _first_created(messages)
-    submitted = _replay(messages, builder, t0, f"{path}", report)
+    if any(isinstance(_extra(m).get("actions"), list) for m in messages):
+        submitted = _replay_actions(messages, builder, f"{path}", report)
+    else:
+        submitted = _replay(messages, builder, _first_created(messages), f"{path}", report)
     status = "finished" if submitted is not None else "limit"
     reason = str(info.get("exit_status") or "")
     session = builder.end(status, reason, "", str(info.get("submission") or submitted or ""))
@@ -83,6 +91,79 @@ def _replay(messages: list[dict[str, Any]], builder: SessionBuilder, t0: float |
         builder.result(call_id, output, code, code not in (0, None), truncated=cut)
         index += 1
     return None
+
+
+def _replay_actions(messages: list[dict[str, Any]], builder: SessionBuilder, where: str,
+                    report: ImportReport) -> str | None:
+    """Version 2: emit each model turn's parsed actions and the observations that answer them."""
+    stamps = [_extra(m).get("timestamp") for m in messages]
+    t0 = min((float(t) for t in stamps if isinstance(t, (int, float))), default=None)
+    pending: list[tuple[str, str | None]] = []  # (Tao call id, the model's tool call id)
+    for number, message in enumerate(messages, 1):
+        extra = _extra(message)
+        at = float(extra["timestamp"]) - t0 if t0 is not None and isinstance(extra.get("timestamp"), (int, float)) \
+            else None
+        actions = extra.get("actions")
+        if isinstance(actions, list):
+            _answer_missing(pending, builder, f"{where}: message {number}", report)
+            builder.turn(_reasoning(message), at, output_tokens=_tokens(message))
+            for action in actions:
+                command = action.get("command") if isinstance(action, dict) else None
+                if not isinstance(command, str):
+                    report.skip(f"{where}: message {number}", "an action without a command")
+                    continue
+                if command.lstrip().startswith(tuple(f"echo {word}" for word in _SUBMIT)):
+                    builder.call("finish", {"summary": ""})
+                    return str(_exit(messages).get("submission") or "")
+                pending.append((builder.call("bash", {"command": command}), action.get("tool_call_id")))
+        elif "raw_output" in extra or "returncode" in extra:
+            answered = message.get("tool_call_id") or message.get("call_id")
+            index = next((i for i, (_, tid) in enumerate(pending) if answered and tid == answered), 0)
+            if not pending:
+                report.skip(f"{where}: message {number}", "an observation with no command before it")
+                continue
+            call_id, _ = pending.pop(index)
+            code = extra.get("returncode") if isinstance(extra.get("returncode"), int) else None
+            builder.result(call_id, str(extra.get("raw_output") or ""), code, code not in (0, None), t=at)
+        elif extra.get("interrupt_type") == "FormatError":
+            builder.format_error(_content(message))
+    _answer_missing(pending, builder, where, report)
+    return None
+
+
+def _answer_missing(pending: list[tuple[str, str | None]], builder: SessionBuilder, where: str,
+                    report: ImportReport) -> None:
+    for call_id, _ in pending:
+        report.skip(where, "a command without an observation")
+        builder.result(call_id, "", None, True)
+    pending.clear()
+
+
+def _extra(message: dict[str, Any]) -> dict[str, Any]:
+    extra = message.get("extra")
+    return extra if isinstance(extra, dict) else {}
+
+
+def _exit(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return next((_extra(m) for m in reversed(messages) if m.get("role") == "exit"), {})
+
+
+def _reasoning(message: dict[str, Any]) -> str:
+    """The words of a version 2 model turn: chat content and reasoning, or a Responses API object's
+    reasoning summaries and output text."""
+    parts = [str(message.get("reasoning_content") or ""), _content(message)]
+    for item in message.get("output") or []:
+        if isinstance(item, dict) and item.get("type") == "reasoning":
+            parts += [str(s.get("text") or "") for s in item.get("summary") or [] if isinstance(s, dict)]
+        elif isinstance(item, dict) and item.get("type") == "message":
+            parts.append(_content(item))
+    return "\n\n".join(part for part in parts if part)
+
+
+def _tokens(message: dict[str, Any]) -> int:
+    usage = message.get("usage") if isinstance(message.get("usage"), dict) else _response(message).get("usage")
+    tokens = (usage.get("completion_tokens") or usage.get("output_tokens")) if isinstance(usage, dict) else None
+    return int(tokens) if isinstance(tokens, int) else 0
 
 
 def parse_observation(text: str) -> tuple[str, int | None, int]:
