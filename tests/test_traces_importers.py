@@ -137,6 +137,28 @@ def test_swe_agent_function_calling_history_is_read_when_there_are_no_steps() ->
     assert any(c.name == "read_file" and c.arguments["path"] == "tests/missing_colon.py" for c in made)
 
 
+def test_swe_agent_editor_calls_in_a_function_calling_history_keep_their_options(tmp_path: Path) -> None:
+    def call(i: int, arguments: dict) -> dict:
+        return {"role": "assistant", "content": "", "tool_calls": [
+            {"id": f"c{i}", "function": {"name": "str_replace_editor", "arguments": json.dumps(arguments)}}]}
+
+    history = [{"role": "user", "content": "ISSUE:\nadd() is wrong\nINSTRUCTIONS:\n..."},
+               call(1, {"command": "view", "path": "/testbed"}),
+               {"role": "tool", "content": "Here's the files and directories up to 2 levels deep in /testbed, ..."},
+               call(2, {"command": "view", "path": "/testbed/calc/ops.py", "view_range": [1, 20]}),
+               {"role": "tool", "content": "     1\tdef add(a, b):"},
+               call(3, {"command": "str_replace", "path": "/testbed/calc/ops.py", "old_str": "a - b", "new_str": "a + b"}),
+               {"role": "tool", "content": "The file /testbed/calc/ops.py has been edited."}]
+    path = tmp_path / "history.traj"
+    path.write_text(json.dumps({"history": history, "info": {}}))
+    (session,), _ = only(path)
+    assert [(c.name, c.arguments) for c in calls(session.events)] == [
+        ("list_files", {"path": "/testbed", "depth": 2}),
+        ("read_file", {"path": "/testbed/calc/ops.py", "start_line": 1, "end_line": 20}),
+        ("edit_file", {"path": "/testbed/calc/ops.py", "old": "a - b", "new": "a + b"})]
+    assert session.events[0].task == "add() is wrong"
+
+
 def test_claude_code_fixture_maps_tools_and_reports_damage() -> None:
     assert detect(FIXTURE) == "claude-code"
     (session,), report = only(FIXTURE)

@@ -2,7 +2,8 @@
 
 A step's `action` is a bash command or one of SWE-agent's editor commands. Where a command amounts to a
 Tao tool it becomes that call (`open f` -> read_file, `create f` -> write_file, `search_dir p d` -> grep,
-`str_replace_editor view|create|str_replace` -> read_file|write_file|edit_file, `submit` -> finish);
+`str_replace_editor view|create|str_replace` -> read_file (list_files for a folder)|write_file|edit_file,
+`submit` -> finish);
 other editor commands keep their own name (edit, goto, scroll_down, ...) with the command text, and
 bash stays `bash`. `execution_time`, where present, is the call's duration.
 """
@@ -21,6 +22,7 @@ FORMAT = "swe-agent"
 _FILE_HEADER = re.compile(r"\[File: (.+?) \((\d+) lines total\)\]")
 _EDITOR = {"edit", "insert", "append", "goto", "scroll_up", "scroll_down", "find_file", "search_file",
            "search_dir", "filemap", "str_replace_editor", "open", "create", "submit", "exit_forfeit"}
+_DIRECTORY_VIEW = "Here's the files and directories up to 2 levels deep"  # the editor's view of a folder
 _WORKDIR = re.compile(r"""['"]working_dir['"]\s*:\s*['"]([^'"]+)['"]""")
 
 
@@ -88,6 +90,8 @@ def to_tao_call(action: str, observation: str = "") -> tuple[str, dict[str, Any]
     if word == "search_file" and len(argv) == 3:
         return "grep", {"pattern": re.escape(argv[1]), "path": argv[2]}
     if word == "str_replace_editor":
+        if argv[1:2] == ["view"] and len(argv) == 3 and observation.lstrip().startswith(_DIRECTORY_VIEW):
+            return "list_files", {"path": argv[2], "depth": 2}
         return _editor_call(argv) or (word, {"command": action})
     return word, {"command": action}
 
@@ -158,6 +162,12 @@ def _function_as_command(function: dict[str, Any]) -> str:
         args = {}
     if name == "bash" and isinstance(args, dict):
         return str(args.get("command", ""))
+    if name == "str_replace_editor" and isinstance(args, dict):  # as SWE-agent spells it: positionals, then --options
+        words = [name, str(args.get("command", "")), str(args.get("path", ""))]
+        for key, value in args.items():
+            if key not in ("command", "path"):
+                words += [f"--{key}", *(str(v) for v in (value if isinstance(value, list) else [value]))]
+        return " ".join(shlex.quote(word) for word in words)
     values = args.values() if isinstance(args, dict) else []
     return " ".join([name, *(shlex.quote(str(v)) for v in values)])
 
