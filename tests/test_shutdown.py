@@ -26,8 +26,8 @@ def idle():
 async def main():
     helper = multiprocessing.get_context("spawn").Process(target=idle)
     helper.start()
-    print(helper.pid, flush=True)
     try:
+        print(helper.pid, flush=True)  # inside the try: a SIGTERM that follows it always reaches `finally`
         await asyncio.sleep(600)
     finally:
         helper.terminate()
