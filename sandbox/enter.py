@@ -12,9 +12,10 @@ its start-up (json, re, signal and socket would double it). The steps, in order:
     -> loopback up -> every other mount read-only -> fork the command: drop back to the caller's uid
     (user namespace) or drop CAP_SYS_ADMIN (real root), rlimits, nice, chdir, exec.
 
-With `cpu_fd` in SPEC (and a pid namespace), the stage writes the CPU seconds of the whole run, 8 bytes (a
-double), to that descriptor once the command has ended. A failure before exec prints one line `\\0tao-sandbox <hex of a marshalled dict>` and exits 125 (setup)
-or 126/127 (exec), which `sandbox.runner` turns back into an exception.
+A failure before exec prints one line `\\0tao-sandbox <hex of a marshalled dict>` and exits 125 (setup)
+or 126/127 (exec), which `sandbox.runner` turns back into an exception. With `cpu_fd` in SPEC (and a pid
+namespace), the stage writes the CPU seconds of the whole run, a double in 8 bytes, to that descriptor
+once the command has ended.
 """
 
 from __future__ import annotations

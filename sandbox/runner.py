@@ -70,6 +70,16 @@ def raise_for(report: Mapping[str, Any], argv: Sequence[str]) -> None:
     )
 
 
+def _reported_cpu(read_end: int) -> float | None:
+    """The 8 bytes the stage wrote when its command ended, if it did (never waits: a killed stage wrote none)."""
+    os.set_blocking(read_end, False)
+    try:
+        reported = os.read(read_end, 8)
+    except BlockingIOError:
+        return None
+    return struct.unpack("d", reported)[0] if len(reported) == 8 else None
+
+
 async def run_in_sandbox(
     spec: Mapping[str, Any],
     argv: Sequence[str],
@@ -90,17 +100,18 @@ async def run_in_sandbox(
     if write_end is not None:
         spec = {**spec, "cpu_fd": write_end}
     try:
-        result = await run_process(stage_argv(spec, argv), Path(spec.get("cwd") or "/"), timeout=timeout, env=env,
-                                   stdin=stdin, max_bytes=max_bytes, on_start=on_start,
-                                   pass_fds=(write_end,) if write_end is not None else ())
+        try:
+            result = await run_process(stage_argv(spec, argv), Path(spec.get("cwd") or "/"), timeout=timeout,
+                                       env=env, stdin=stdin, max_bytes=max_bytes, on_start=on_start,
+                                       pass_fds=(write_end,) if write_end is not None else ())
+        finally:
+            if write_end is not None:
+                os.close(write_end)  # ours: the stage has its own copy
+        if read_end is not None and on_cpu is not None and (seconds := _reported_cpu(read_end)) is not None:
+            on_cpu(seconds)
     finally:
-        if write_end is not None:
-            os.close(write_end)
-    if read_end is not None:
-        reported = os.read(read_end, 8)  # every writer is gone: the stage wrote its 8 bytes, or nothing
-        os.close(read_end)
-        if on_cpu is not None and len(reported) == 8:
-            on_cpu(struct.unpack("d", reported)[0])
+        if read_end is not None:
+            os.close(read_end)
     if (report := failure(result)) is not None:
         raise_for(report, argv)
     return result
