@@ -7,7 +7,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.tao-installed
 
-.PHONY: demo test install clean
+TRACES ?= ../shared/traces
+
+.PHONY: demo test install clean patterns
 
 install: $(STAMP)
 
@@ -25,6 +27,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# The pattern model Tao ships, learned again from the public trajectories in $(TRACES) (about 2 minutes).
+patterns: $(STAMP)
+	$(BIN)/tao traces learn $(TRACES)/mini-swe-agent-gemini-3-pro-swebench-verified \
+		$(TRACES)/swe-agent-demonstrations --out harness/speculation/default_patterns.json.gz
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -187,7 +187,7 @@ def test_the_benchmark_runs_end_to_end_on_a_bundled_session(tmp_path: Path, monk
                                                             capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PATH", os.environ["PATH"])  # restored after: the run prepends the venv
     monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # no learned model: rules only
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))  # no model of the user's: the shipped one
     code = live.main(["--only", "calc-fix-add", "--repeat", "1", "--tpot-ms", "0", "--cache", str(tmp_path), "--json"])
     assert code == 0
     result = json.loads(capsys.readouterr().out)
@@ -195,7 +195,7 @@ def test_the_benchmark_runs_end_to_end_on_a_bundled_session(tmp_path: Path, monk
         assert key in result
     assert not result["not_finished"] and result["trajectories_equal"] == result["trajectories_checked"] == 3
     assert result["sessions"]["calc-fix-add"]["oracle_spec"]["promoted"] >= 4
-    assert "rules" in result["config"]["model"]
+    assert "shipped with Tao" in result["config"]["model"]
 
 
 # -- --engine embedded: observation warming on the real engine ---------------------------------------------

@@ -160,3 +160,34 @@ def test_learning_cross_fits_the_ranker_and_copes_with_one_session() -> None:
     assert PatternModel.learn([habit_session(0)], epochs=1).sessions == 1
     model = PatternModel.learn([habit_session(n) for n in range(8)], epochs=1, folds=4)
     assert model.sessions == 8 and model.ranker.weights["a"]
+
+
+def test_a_gzipped_model_is_the_same_bytes_every_time_and_loads_back(tmp_path: Path) -> None:
+    model = PatternModel.learn([habit_session(n) for n in range(4)], epochs=1)
+    first, second = model.save(tmp_path / "a.json.gz"), model.save(tmp_path / "b.json.gz")
+    assert first.read_bytes() == second.read_bytes() and first.read_bytes()[:2] == b"\x1f\x8b"
+    assert PatternModel.load(first).to_json() == model.to_json()
+
+
+def test_tao_ships_a_learned_model_and_a_users_own_comes_first(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.cli import load_patterns
+    from harness.speculation.model import SHIPPED_MODEL, default_model_path
+    from harness.speculation.scheduler import Budget
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    shipped = load_patterns(None)
+    assert shipped.to_json() == PatternModel.load(SHIPPED_MODEL).to_json() and shipped.sessions == 295
+    script = Script("tests/test_ops.py fails: fix add() in calc/ops.py.")
+    script.step("run_tests", {"command": "python -m pytest tests/test_ops.py -q"}, "F\n1 failed", 1)
+    script.step("read_file", {"path": "calc/ops.py"}, "def add(a, b):\n    return a - b\n")
+    script.step("edit_file", {"path": "calc/ops.py", "old": "a - b", "new": "a + b"}, "ok")
+    analyzer = Analyzer(shipped)
+    for event in script.events:
+        analyzer.observe(event)
+    best = analyzer.predict("a", k=1)[0]  # after an edit, the failing test again: likely enough to be launched
+    assert best.key == canonical_bash("python -m pytest tests/test_ops.py -q").key
+    assert best.probability >= Budget().min_probability
+    own = PatternModel.learn([habit_session(0), habit_session(1)], epochs=1)
+    own.save(default_model_path())
+    assert load_patterns(None).sessions == own.sessions == 2

@@ -2,8 +2,8 @@
 
 Each session of examples/sessions is replayed by the replay engine (`--tpot-ms` per output token)
 against a fresh copy of its real repository with the real tools, in four modes: `off` (no
-speculation), `on` (Tao as a user who has run it before: the learned model at the default path or
-`--model`, else rules only, adapted to the user's past sessions, here the other sessions' `off` runs
+speculation), `on` (Tao as a user who has run it before: `--model`, else the learned model at the default
+path, else the one Tao ships, adapted to the user's past sessions, here the other sessions' `off` runs
 of a first untimed pass), `cold` (the same without past sessions) and `oracle` (harness.bench.oracle:
 every call foreseen and started at moment (a) of its step, through the same scheduler). Repetitions
 interleave the modes, rotating their order, so that load drifts on a shared machine hit all of them. Reported per session and over the mix: mean and p99 session
@@ -37,7 +37,7 @@ from harness.engine.replay import ReplayEngine
 from harness.errors import UsageError
 from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
 from harness.session import Session, SessionConfig
-from harness.speculation.model import PatternModel, default_model_path
+from harness.speculation.model import SHIPPED_MODEL, PatternModel, default_model_path
 from harness.speculation.past import PAST_SECONDS
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
@@ -56,15 +56,18 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def model_choice(path: Path | None) -> tuple[Path | None, str]:
-    """The pattern model the `on` runs load, and how it was chosen (as the live CLI chooses it)."""
+    """The pattern model the `on` runs load, and how it was chosen (as the live CLI chooses it); `--model none`
+    for rules and online learning only."""
+    if path is not None and str(path) == "none":
+        return None, "none: rules and online learning only (--model none)"
     if path is not None:
         if not path.is_file():
             raise UsageError(f"--model {path} does not exist; build one with `tao traces learn DIR --out {path}`")
         return path, f"{path} (--model)"
-    default = default_model_path()
-    if default.is_file():
-        return default, f"{default} (default path)"
-    return None, "none: rules and online learning only (no learned model at the default path)"
+    for candidate, why in ((default_model_path(), "default path"), (SHIPPED_MODEL, "shipped with Tao")):
+        if candidate.is_file():
+            return candidate, f"{candidate} ({why})"
+    return None, "none: rules and online learning only (no learned model)"
 
 
 def analyzer_for(mode: str, session: recorded.LiveSession, model: Path | None,
@@ -425,8 +428,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(harness.bench.embedded)")
     parser.add_argument("--repeat", type=int, help="repetitions, modes interleaved (default 3; 1 with --engine embedded)")
     parser.add_argument("--tpot-ms", type=float, default=10.0, help="replay milliseconds per output token (default 10)")
-    parser.add_argument("--model", type=Path, help="learned pattern model for the `on` runs "
-                                                  f"(default {default_model_path()} if present, else rules only)")
+    parser.add_argument("--model", type=Path, help="learned pattern model for the `on` runs (default "
+                        f"{default_model_path()} if present, else the one Tao ships); `none`: rules only")
     parser.add_argument("--cache", type=Path, help=f"repositories and run copies (default {recorded.cache_dir()})")
     parser.add_argument("--provisional", action="store_true",
                         help="--engine embedded: a third mode, warming with the provisional next step")

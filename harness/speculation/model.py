@@ -11,6 +11,7 @@ they name tests by dotted labels), and how often the next call is answered by a 
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import random
@@ -36,6 +37,11 @@ _HABIT_SHARE = 0.04  # a call is a habit when at least this share of sessions ma
 _MAX_HABITS = 12
 _MAX_RUNNERS = 8
 ADAPT_RATE = 0.1  # ranker step on the user's past sessions: above live learning (0.01), below training (0.3)
+
+
+# The model Tao ships, learned from 295 public trajectories of other agents (`make patterns` rebuilds it;
+# docs/BENCHMARKS.md, "Prediction", says from what): used when the user has not learned one of their own.
+SHIPPED_MODEL = Path(__file__).with_name("default_patterns.json.gz")
 
 
 def default_model_path() -> Path:
@@ -168,18 +174,21 @@ class PatternModel:
                    dict(data.get("derive") or {}))
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the model atomically (a temporary file, then a rename)."""
+        """Write the model atomically (a temporary file, then a rename); gzipped when the name ends in .gz,
+        byte for byte the same for the same model."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.to_json(), separators=(",", ":")), encoding="utf-8")
+        data = json.dumps(self.to_json(), separators=(",", ":")).encode("utf-8")
+        tmp.write_bytes(gzip.compress(data, mtime=0) if target.suffix == ".gz" else data)
         tmp.replace(target)
         return target
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> PatternModel:
-        """Read a saved model (a few hundred kB, a few ms)."""
-        return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+        """Read a saved model (a few hundred kB, a few ms), gzipped or not."""
+        data = Path(path).read_bytes()
+        return cls.from_json(json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data))
 
 
 def _count_session(model: PatternModel, events: list[Event], offsets: Counter[tuple[int, int]],
