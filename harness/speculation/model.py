@@ -39,8 +39,11 @@ _MAX_RUNNERS = 8
 ADAPT_RATE = 0.1  # ranker step on the user's past sessions: above live learning (0.01), below training (0.3)
 
 
-# The model Tao ships, learned from 295 public trajectories of other agents (`make patterns` rebuilds it;
-# docs/BENCHMARKS.md, "Prediction", says from what): used when the user has not learned one of their own.
+# The model Tao ships, used when the user has not learned one of their own. `make patterns` rebuilds it from
+# 295 public trajectories: mini-swe-agent's SWE-bench Verified runs with Gemini 3 Pro (MIT, (c) 2025 Kilian A.
+# Lieret and Carlos E. Jimenez) and SWE-agent's demonstrations (MIT, (c) 2024 John Yang, Carlos E. Jimenez,
+# Alexander Wettig, Shunyu Yao, Karthik Narasimhan, Ofir Press). It holds counts and weights learned from them,
+# and the dozen commands at least 4% of those sessions made (`git diff`, `python reproduce_issue.py`).
 SHIPPED_MODEL = Path(__file__).with_name("default_patterns.json.gz")
 
 
