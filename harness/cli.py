@@ -27,7 +27,7 @@ from harness.events import SessionEnd, TrajectoryWriter
 from harness.log import HumanLog
 from harness.session import Session, SessionConfig
 from harness.shutdown import terminate_as_interrupt
-from harness.speculation.model import SHIPPED_MODEL, PatternModel, default_model_path
+from harness.speculation.model import PatternModel, installed_model
 from harness.speculation.past import PAST_SECONDS, past_sessions
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
@@ -126,7 +126,7 @@ def load_patterns(path: Path | None) -> PatternModel:
     the one Tao ships (learned from other agents' trajectories), else an empty model (rules only)."""
     if path is not None and not path.is_file():
         raise UsageError(f"--patterns {path} does not exist; build one with `tao traces learn DIR --out {path}`")
-    path = path or next((p for p in (default_model_path(), SHIPPED_MODEL) if p.is_file()), None)
+    path = path or installed_model()
     if path is None:
         return PatternModel()  # rules and online learning still predict; a learned model predicts better
     try:

@@ -123,7 +123,8 @@ def cmd_bench_predict(args: argparse.Namespace) -> int:
     """`tao bench predict`: the table on stderr, the JSON on stdout."""
     from harness.bench import dump, predict
 
-    existing(args.train), existing(args.test)
+    existing(args.train)
+    existing(args.test)
     result = predict.run(args.train, args.test, k=args.k, holdout=args.holdout, model_path=args.model,
                          save_model=args.save_model, prefix_chars=args.prefix_chars, epochs=args.epochs)
     if not args.json:

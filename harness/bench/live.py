@@ -37,7 +37,7 @@ from harness.engine.replay import ReplayEngine
 from harness.errors import UsageError
 from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
 from harness.session import Session, SessionConfig
-from harness.speculation.model import SHIPPED_MODEL, PatternModel, default_model_path
+from harness.speculation.model import SHIPPED_MODEL, PatternModel, default_model_path, installed_model
 from harness.speculation.past import PAST_SECONDS
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
@@ -64,10 +64,10 @@ def model_choice(path: Path | None) -> tuple[Path | None, str]:
         if not path.is_file():
             raise UsageError(f"--model {path} does not exist; build one with `tao traces learn DIR --out {path}`")
         return path, f"{path} (--model)"
-    for candidate, why in ((default_model_path(), "default path"), (SHIPPED_MODEL, "shipped with Tao")):
-        if candidate.is_file():
-            return candidate, f"{candidate} ({why})"
-    return None, "none: rules and online learning only (no learned model)"
+    found = installed_model()
+    if found is None:
+        return None, "none: rules and online learning only (no learned model)"
+    return found, f"{found} ({'shipped with Tao' if found == SHIPPED_MODEL else 'default path'})"
 
 
 def analyzer_for(mode: str, session: recorded.LiveSession, model: Path | None,

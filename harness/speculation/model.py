@@ -53,6 +53,11 @@ def default_model_path() -> Path:
     return Path(base) / "tao" / "patterns.json"
 
 
+def installed_model() -> Path | None:
+    """The model a session loads when none is named: the user's own (`tao traces learn`), else the shipped one."""
+    return next((path for path in (default_model_path(), SHIPPED_MODEL) if path.is_file()), None)
+
+
 @dataclass
 class PatternModel:
     """Everything the analyzer learned offline."""
