@@ -18,10 +18,14 @@ a `Decision` out), as vLLM's scheduler decides and never runs the model:
   Speculative prefills (priority >= WARM_PRIORITY) go last, only when no authoritative request waits
   and fewer than `spec_room` requests are in flight, and are aborted when an authoritative request waits.
 
-Residency is estimated from the engine's own reports: each finished request's uncached prompt tokens
-and output tokens count as tokens written into the KV cache; a session's prefix is taken as resident
-while fewer tokens than the cache holds beyond what running requests pin have been written since its
-last request ended.
+Requests in flight and the KV cache they hold are the co-scheduler's own books (its admitted requests,
+their prompt tokens), or the engine's counts where the engine reports them (`load()`: vLLM's scheduler
+stats, the simulated engine's books) and they say more: answers decoded so far, and requests from
+clients that bypass the co-scheduler. Those counts are a step old, so a request they hold back is
+decided on again after `RECHECK`. Residency is estimated from the engine's reports on finished
+requests: each one's uncached prompt tokens and output tokens count as tokens written into the KV
+cache; a session's prefix is taken as resident while fewer tokens than the cache holds beyond what
+running requests pin have been written since its last request ended.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from harness.engine.base import Chunk, Engine, LLMRequest, Usage
+from harness.engine.base import Chunk, Engine, EngineLoad, LLMRequest, Usage, engine_load
 from harness.speculation.observation import WARM_PRIORITY
 
 CHARS_PER_TOKEN = 3.4  # prompt size estimate before the engine reports the real count
@@ -43,6 +47,9 @@ CHARS_PER_TOKEN = 3.4  # prompt size estimate before the engine reports the real
 EARLY = 1e-3
 # Share of the KV cache the prompts of running requests may fill: the rest is room for their answers.
 KV_SHARE = 0.9
+# Seconds after which to decide again when the engine's own counts held a request back: vLLM reports them
+# after each step, so a request that has just ended may still be counted (about one decode step).
+RECHECK = 0.05
 # The knee: the batch at which decode reaches this share of the rate with the whole KV cache decoding.
 # Holding sessions back costs the throughput between the knee and the peak: at 0.8 (61 sequences on the
 # GPU profile, against 145 whose contexts fit its KV cache) pacing at 64 sessions was already slower
@@ -86,6 +93,7 @@ class View:
     running: tuple[Ticket, ...]
     sessions: Mapping[str, Progress]
     written: int  # tokens written into the KV cache by finished requests, since the start
+    engine: EngineLoad | None = None  # the engine's own counts, where it reports them
 
 
 @dataclass(frozen=True)
@@ -137,12 +145,13 @@ class Pacing:
         drop = tuple(t.request_id for t in view.waiting if t.speculative and t.session_id in sessions_in)
         waiting = [t for t in view.waiting if not t.speculative]
         aged = [t for t in waiting if self.ages(t, view)]
-        pinned = sum(t.prompt_tokens for t in view.running)
+        estimated = sum(t.prompt_tokens for t in view.running)
+        busy, pinned = self.in_flight(view, estimated)
         ranked = aged + sorted((t for t in waiting if t not in aged), key=lambda t: self.rank(t, view, pinned))
-        room, kv_free = max(0, self.knee - len(view.running)), self.kv_tokens * KV_SHARE - pinned
+        room, kv_free = max(0, self.knee - busy), self.kv_tokens * KV_SHARE - pinned
         admitted: list[Ticket] = []
         for ticket in ranked[:room]:  # in order: a request that does not fit waits, and so do those after it
-            if ticket.prompt_tokens > kv_free and (view.running or admitted):
+            if ticket.prompt_tokens > kv_free and (busy or admitted):
                 break
             admitted.append(ticket)
             kv_free -= ticket.prompt_tokens
@@ -157,7 +166,17 @@ class Pacing:
             decision += [(t.request_id, t.priority) for t in spare[:max(0, free)]]
         wake = min((t.arrived + self.max_wait - view.now for t in held
                     if t not in aged and t.session_id in view.sessions), default=None)
+        if held and (busy, pinned) != (len(view.running), estimated):  # the engine's counts may be a step old
+            wake = RECHECK if wake is None else min(wake, RECHECK)
         return Decision(tuple(decision), abort, drop, wake)
+
+    def in_flight(self, view: View, estimated: int) -> tuple[int, int]:
+        """Requests in the engine and KV tokens they hold: the co-scheduler's own books, or the engine's
+        where they say more (answers so far, warm chunks, requests sent by clients that bypass it)."""
+        if view.engine is None:
+            return len(view.running), estimated
+        return (max(len(view.running), view.engine.running + view.engine.waiting),
+                max(estimated, round(view.engine.kv_usage * self.kv_tokens)))
 
     def ages(self, ticket: Ticket, view: View) -> bool:
         """Whether a request has waited its bound. A session's first request has none: it waits for room
@@ -302,7 +321,8 @@ class CoScheduler:
         """Ask the policy and carry its decision out."""
         entries = list(self._entries.values())
         view = View(self.now(), tuple(e.ticket for e in entries if e.step is Step.WAITING),
-                    tuple(e.ticket for e in entries if e.step is Step.RUNNING), dict(self.sessions), self.written)
+                    tuple(e.ticket for e in entries if e.step is Step.RUNNING), dict(self.sessions), self.written,
+                    engine_load(self.engine))
         decision = self.policy.decide(view)
         for request_id in decision.drop:
             if (entry := self._entries.get(request_id)) is not None and entry.step is Step.WAITING:

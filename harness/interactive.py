@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.approval import ApprovalPolicy, Ask, load_policy
+from harness.engine.base import engine_load
 from harness.engine.factory import EngineOptions, open_engine
 from harness.errors import UsageError
 from harness.events import SessionStart, TrajectoryWriter, read_trajectory
@@ -124,12 +125,10 @@ def engine_status(engine: Any) -> dict[str, Any]:
 
     Engines that keep no such books (replay, a remote server) leave the values None.
     """
-    status: dict[str, Any] = {}
-    for key, attribute in (("kv", "kv_usage"), ("queued", "waiting"), ("running", "running")):
-        value = getattr(engine, attribute, None)
-        try:
-            value = value() if callable(value) else value
-        except Exception:  # noqa: BLE001 - a status read must never break the session
-            value = None
-        status[key] = len(value) if isinstance(value, (list, tuple, set, dict)) else value
-    return status
+    try:
+        load = engine_load(engine)
+    except Exception:  # noqa: BLE001 - a status read must never break the session
+        load = None
+    if load is None:
+        return {"kv": None, "queued": None, "running": None}
+    return {"kv": load.kv_usage, "queued": load.waiting, "running": load.running}

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from harness.cosched import EARLY, FCFS, Decision, Pacing, Progress, Ticket, View
+from harness.cosched import EARLY, FCFS, RECHECK, Decision, Pacing, Progress, Ticket, View
+from harness.engine.base import EngineLoad
 from harness.speculation.observation import WARM_PRIORITY
 
 PACING = Pacing(knee=2, kv_tokens=10_000, max_wait=30.0, expected_steps=10)
@@ -17,8 +18,8 @@ def warm(request_id: str, session: str, arrived: float = 0.0) -> Ticket:
 
 
 def view(waiting: list[Ticket], running: list[Ticket] = (), sessions: dict[str, Progress] | None = None,
-         now: float = 10.0, written: int = 0) -> View:
-    return View(now, tuple(waiting), tuple(running), sessions or {}, written)
+         now: float = 10.0, written: int = 0, engine: EngineLoad | None = None) -> View:
+    return View(now, tuple(waiting), tuple(running), sessions or {}, written, engine)
 
 
 def admitted(decision: Decision) -> list[str]:
@@ -117,6 +118,42 @@ def test_prompts_in_flight_stay_within_the_kv_cache() -> None:
     assert admitted(decision) == ["a"]  # "b" would not fit; "c" is behind it and waits too
     alone = pacing.decide(view([ticket("huge", "s1", tokens=50_000)]))
     assert admitted(alone) == ["huge"]  # with nothing running, even a prompt larger than the budget goes
+
+
+def test_the_engines_own_kv_count_holds_back_what_the_prompt_estimate_would_admit() -> None:
+    """A running request's answer fills the cache too: the engine counts it, the prompt estimate does not."""
+    pacing = Pacing(knee=8, kv_tokens=10_000, max_wait=30.0)
+    running = [ticket("r", "x", tokens=1_000)]
+    waiting = [ticket("a", "s1", 1.0, tokens=3_000)]
+    assert admitted(pacing.decide(view(waiting, running))) == ["a"]
+    engine = EngineLoad(running=1, waiting=0, kv_usage=0.7)  # 7,000 tokens held: 2,000 left of the 9,000
+    held = pacing.decide(view(waiting, running, engine=engine))
+    assert admitted(held) == []
+    assert held.wake_in == RECHECK  # the engine's counts are a step old: look again soon
+
+
+def test_requests_that_bypass_the_co_scheduler_count_against_the_knee() -> None:
+    """Another client of the same engine (a single `tao run`) takes batch slots the co-scheduler never saw."""
+    waiting = [ticket("a", "s1", 1.0), ticket("b", "s2", 2.0)]
+    engine = EngineLoad(running=1, waiting=0, kv_usage=0.05)
+    assert admitted(PACING.decide(view(waiting, engine=engine))) == ["a"]  # knee 2, one taken by the other client
+    full = PACING.decide(view(waiting, engine=EngineLoad(running=1, waiting=1, kv_usage=0.05)))
+    assert admitted(full) == []
+    assert full.wake_in == RECHECK
+
+
+def test_a_huge_prompt_waits_while_other_clients_hold_the_cache() -> None:
+    pacing = Pacing(knee=8, kv_tokens=10_000, max_wait=30.0)
+    huge = [ticket("huge", "s1", tokens=50_000)]
+    assert admitted(pacing.decide(view(huge, engine=EngineLoad(running=1, waiting=0, kv_usage=0.5)))) == []
+    assert admitted(pacing.decide(view(huge, engine=EngineLoad()))) == ["huge"]  # an idle engine takes it
+
+
+def test_when_the_engines_counts_agree_with_its_own_books_the_bounded_wait_sets_the_wake_up() -> None:
+    started = {"s1": Progress(steps=1)}
+    decision = PACING.decide(view([ticket("a", "s1", 9.0)], running=[ticket("r1", "x"), ticket("r2", "y")],
+                                  sessions=started, engine=EngineLoad(running=2, waiting=0, kv_usage=0.1)))
+    assert admitted(decision) == [] and decision.wake_in == 9.0 + 30.0 - 10.0  # the bounded wait, not RECHECK
 
 
 def test_speculative_prefill_waits_while_an_authoritative_request_waits_and_running_ones_are_aborted() -> None:

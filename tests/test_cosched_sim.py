@@ -164,3 +164,30 @@ def test_a_warm_chunk_counts_only_its_own_prompt_tokens() -> None:
 
     tickets = virtual(main)
     assert tickets["whole"] == 1_000 and tickets["chunk"] == 256
+
+
+def test_requests_sent_straight_to_the_engine_take_their_place_at_the_knee() -> None:
+    """A client that bypasses the co-scheduler (a single `tao run` on the same engine) is seen in the
+    engine's own counts: with the knee at 2 and two such requests running, a session's request waits for
+    one of them to end."""
+    async def straight(engine: SimEngine, req: LLMRequest) -> None:
+        async for _ in engine.stream(req):
+            pass
+
+    async def main() -> tuple[list[Record], list[float]]:
+        engine = SimEngine(FLAT)
+        cosched = CoScheduler(engine, Pacing(knee=2, kv_tokens=FLAT.kv_tokens, max_wait=1_000.0))
+        ended: list[float] = []
+
+        async def other(rid: str) -> None:
+            await straight(engine, request(rid, tokens=100))
+            ended.append(asyncio.get_running_loop().time())
+
+        await asyncio.gather(other("other-1"), other("other-2"), drain(cosched, "s1", request("mine"), delay=0.5))
+        return cosched.records, ended
+
+    records, ended = virtual(main)
+    admit = next(r for r in records if r.request_id == "mine" and r.action == "admit")
+    arrive = next(r for r in records if r.request_id == "mine" and r.action == "arrive")
+    assert admit.t > arrive.t  # it did not go straight in
+    assert admit.t >= min(ended)  # it went in once the other client's first request was over

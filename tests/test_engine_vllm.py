@@ -116,7 +116,8 @@ async def test_a_streaming_request_shows_in_the_engine_load(vllm_engine) -> None
     request = LLMRequest(rid(), [{"role": "user", "content": "Tell a long story."}], max_tokens=4000)
     seen: list[tuple[int, float]] = []
     async for _ in vllm_engine.stream(request, ignore_eos=True):
-        seen.append((vllm_engine.running, vllm_engine.kv_usage))
+        load = vllm_engine.load()
+        seen.append((load.running, load.kv_usage))
         if len(seen) == 8:
             await vllm_engine.abort(request.request_id)
     assert any(running >= 1 and kv > 0 for running, kv in seen)

@@ -45,6 +45,22 @@ class Chunk:
     finish_reason: str | None = None
 
 
+@dataclass
+class EngineLoad:
+    """An engine's load as its scheduler last reported it."""
+
+    running: int = 0  # requests in the running batch
+    waiting: int = 0  # requests queued in the engine, not yet scheduled (preempted ones included)
+    kv_usage: float = 0.0  # share of the KV cache's blocks held by running requests (0-1)
+
+
+def engine_load(engine: object) -> EngineLoad | None:
+    """What an engine reports of its load (`load()`: vLLM's scheduler counts, the simulated engine's books);
+    None for engines that keep no such books (replay, a remote server)."""
+    load = getattr(engine, "load", None)
+    return load() if callable(load) else None
+
+
 class Engine(Protocol):
     """Anything that turns a request into a stream of chunks."""
 

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.engine.base import Chunk, LLMRequest, Usage
+from harness.engine.base import Chunk, EngineLoad, LLMRequest, Usage
 from harness.errors import ContextTooLong
 
 
@@ -272,6 +272,10 @@ class SimEngine:
     def kv_usage(self) -> float:
         """Share of the KV cache held by running requests."""
         return (len(self._refs) + self._private) / self._blocks
+
+    def load(self) -> EngineLoad:
+        """Requests running and waiting, and the KV cache in use, as vLLM's scheduler reports them."""
+        return EngineLoad(len(self.running), len(self.waiting), self.kv_usage())
 
     # -- requests ------------------------------------------------------------------------------------
 

@@ -16,11 +16,11 @@ import json
 import os
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.engine.base import Chunk, LLMRequest, Usage
+from harness.engine.base import Chunk, EngineLoad, LLMRequest, Usage
 from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
 from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
 from harness.protocol import OPEN, CLOSE
@@ -70,15 +70,6 @@ def cpu_has_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-@dataclass
-class EngineLoad:
-    """The engine's load as its scheduler last reported it (after every engine step)."""
-
-    running: int = 0
-    waiting: int = 0
-    kv_usage: float = 0.0
-
-
 def _load_logger(load: EngineLoad) -> Any:
     """A vLLM stat-logger factory that copies the scheduler's counts into `load` (no logging, no Prometheus)."""
     from vllm.v1.metrics.loggers import StatLoggerBase
@@ -114,23 +105,22 @@ class VLLMEngine:
         self.max_model_len: int = llm.model_config.max_model_len
         self.block_size: int = llm.vllm_config.cache_config.block_size  # prefix caching works in whole blocks
         self._aborted: dict[str, None] = {}  # an ordered set, trimmed to ABORTED_KEPT ids
-        self.load: EngineLoad = getattr(llm, "tao_load", EngineLoad())
+        self._load: EngineLoad = getattr(llm, "tao_load", EngineLoad())
         self._grammars: dict[str, str] = {}  # tool specs JSON -> structural tag JSON
 
-    @property
-    def kv_usage(self) -> float:
-        """Share of the KV cache's blocks in use (0-1), as the scheduler last reported it."""
-        return self.load.kv_usage
+    def load(self) -> EngineLoad:
+        """The scheduler's counts after its last step: requests running and waiting, KV cache in use.
 
-    @property
-    def waiting(self) -> int:
-        """Requests queued in the engine, not yet scheduled."""
-        return self.load.waiting
-
-    @property
-    def running(self) -> int:
-        """Requests in the running batch."""
-        return self.load.running
+        An idle engine core takes no step, so after an abort its last counts would stand for ever: they
+        are held to the requests this front end still has unfinished (an exact count, updated at once).
+        """
+        unfinished = self._llm.get_num_unfinished_requests()
+        if unfinished == 0:
+            return EngineLoad()
+        load = replace(self._load)
+        load.waiting = min(load.waiting, unfinished)
+        load.running = min(load.running, unfinished - load.waiting)
+        return load
 
     @classmethod
     async def start(cls, settings: VLLMSettings) -> VLLMEngine:
