@@ -12,6 +12,7 @@ from harness import cli_traces
 from harness.bench import predict
 from harness.events import Event
 from harness.speculation.canonical import canonical_bash
+from harness.speculation.controlflow import WordModel
 from harness.speculation.model import PatternModel
 from harness.speculation.patterns import Analyzer
 from harness.traces import load_sessions, write_session
@@ -191,3 +192,11 @@ def test_tao_ships_a_learned_model_and_a_users_own_comes_first(tmp_path: Path,
     own = PatternModel.learn([habit_session(0), habit_session(1)], epochs=1)
     own.save(default_model_path())
     assert load_patterns(None).sessions == own.sessions == 2
+
+
+def test_saved_word_counts_do_not_depend_on_the_order_the_words_were_met() -> None:
+    """Words are met in a set's order, which changes with Python's hash seed; the saved model must not."""
+    rows = {"grep": {"search": 3.0}, "read": {"read": 2.0}, "test": {"test": 5.0}}
+    forward = WordModel(rows, {"search": 3.0, "read": 2.0, "test": 5.0})
+    backward = WordModel(dict(reversed(list(rows.items()))), {"search": 3.0, "read": 2.0, "test": 5.0})
+    assert json.dumps(forward.to_json()) == json.dumps(backward.to_json())

@@ -7,7 +7,7 @@ from harness.speculation.canonical import canonical, canonical_bash
 from harness.speculation.extract import ReasoningFacts, path_mentions
 from harness.speculation.model import PatternModel
 from harness.speculation.patterns import Partial
-from harness.speculation.state import SessionState, listing_entries, split_test
+from harness.speculation.state import SessionState, listing_entries, split_test, tree_entries
 from tests.test_patterns_dataflow import Script, analyzer_after, candidate, find, read
 
 DJANGO_RUNNER = [{"runner": "./tests/runtests.py", "dotted": True, "share": 0.3},
@@ -104,6 +104,24 @@ def test_a_listed_test_folder_is_run_by_its_label_with_a_learned_dotted_runner()
     found = keys(script, test_runners=DJANGO_RUNNER)
     assert "test_in_sight" in found[canonical_bash("./tests/runtests.py delete").key]
     assert "test_in_sight" in found[canonical_bash("pytest tests/delete/tests.py").key]
+
+
+def test_a_runner_whose_folder_was_listed_without_its_script_is_not_proposed() -> None:
+    without = Script()
+    without.step("list_files", {}, "./\n  calc/\n    ops.py\n  tests/\n    test_ops.py\n")
+    found = keys(without, test_runners=DJANGO_RUNNER)
+    assert canonical_bash("./tests/runtests.py test_ops").key not in found  # tests/ was listed: no runtests.py
+    assert "test_in_sight" in found[canonical_bash("pytest tests/test_ops.py").key]
+    listed = Script()
+    listed.step("list_files", {}, "./\n  tests/\n    runtests.py\n    test_ops.py\n")
+    assert "test_in_sight" in keys(listed, test_runners=DJANGO_RUNNER)[canonical_bash("./tests/runtests.py test_ops").key]
+
+
+def test_tao_list_files_trees_name_their_entries_from_the_workspace_root() -> None:
+    assert tree_entries("calc/\n  __init__.py\n  sub/\n    deep.py\n  ops.py\n") == [
+        "calc/__init__.py", "calc/sub", "calc/sub/deep.py", "calc/ops.py"]
+    cut = "./\n  ISSUE.md\n  tests/\n    test_ops.py\n[showing 3 of 9 entries; list a subfolder]"
+    assert tree_entries(cut) == ["ISSUE.md", "tests", "tests/test_ops.py"]
 
 
 def test_a_long_listing_offers_the_test_files_that_match_the_work() -> None:
@@ -240,6 +258,18 @@ def test_tao_sessions_get_their_default_test_run_first_and_after_edits() -> None
     assert default not in keys(script) or "default_suite" not in keys(script)[default]  # nothing changed since
     script.step("edit_file", {"path": "src/box.py", "old": "a", "new": "b"}, "edited")
     assert "default_suite" in keys(script)[default]
+
+
+def test_tao_sessions_run_a_test_file_in_sight_with_the_command_the_tool_shows() -> None:
+    """run_tests' description shows `python -m pytest -q tests/test_x.py`: models using Tao type that."""
+    shown = canonical_bash("python -m pytest -q tests/test_ops.py").key
+    script = Script()
+    script.step("read_file", {"path": "tests/test_ops.py"}, "def test_add():\n    assert add(1, 2) == 3\n")
+    assert "test_in_sight" in keys(script)[shown]
+    bash_only = Script()
+    bash_only.builder.events[0].tools = ["bash", "finish"]
+    bash_only.bash("cat tests/test_ops.py", "def test_add():\n    assert add(1, 2) == 3\n")
+    assert canonical_bash("python -m pytest -q tests/test_ops.py").key not in keys(bash_only)
 
 
 def test_agents_without_a_test_tool_are_not_offered_one() -> None:

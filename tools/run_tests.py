@@ -77,19 +77,23 @@ def deterministic_env() -> dict[str, str]:
     return env
 
 
+EXAMPLE_RUNNER = "python -m pytest -q"
+"""The test command the tool's description shows: what a model using Tao types when it names its own."""
+
+
 class RunTests:
     """Run a test command through `bash -c` in the workspace root; the process group dies on timeout."""
 
     name = "run_tests"
     description = (
         "Run the project's tests in the workspace root and show the exit code and output. Without command "
-        "it runs the detected test command (e.g. `python -m pytest -q`); pass command to run specific tests."
+        f"it runs the detected test command (e.g. `{EXAMPLE_RUNNER}`); pass command to run specific tests."
     )
     parameters: dict[str, Any] = {
         "type": "object",
         "properties": {
             "command": {"type": "string",
-                        "description": "Shell command to run instead, e.g. 'python -m pytest -q tests/test_x.py'."},
+                        "description": f"Shell command to run instead, e.g. '{EXAMPLE_RUNNER} tests/test_x.py'."},
         },
         "required": [],
         "additionalProperties": False,

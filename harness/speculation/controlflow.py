@@ -114,5 +114,6 @@ class WordModel:
         self._vectors = None
 
     def to_json(self) -> dict[str, Any]:
-        """Word counts per kind and the totals."""
-        return {"counts": dict(self.counts), "totals": self.totals}
+        """Word counts per kind and the totals; words in sorted order, so that the saved bytes do not depend on
+        the order a set of words happened to iterate in (it changes with Python's hash seed)."""
+        return {"counts": {word: self.counts[word] for word in sorted(self.counts)}, "totals": self.totals}

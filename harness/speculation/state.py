@@ -87,6 +87,7 @@ class SessionState:
         self.last_edit = -1  # index of the latest step that edited project files
         self.seen: set[str] = set()  # paths named in any output so far, listing entries included
         self.seen_dirs: set[str] = set()  # the folders of those paths, and their parents
+        self.listed: set[str] = set()  # folders a whole listing showed the files of: a file not shown is not there
         self.by_name: dict[str, str] = {}  # a file name -> the latest nested path seen with that name
         self.modifiers: set[str] = set()  # scripts written this session that write files when run
         self.focus: dict[str, int] = {}  # name parts of the files the session works on (and of the task), by weight
@@ -186,11 +187,14 @@ class SessionState:
         if step.action.tool == "list_files":  # a listing names entries of its folder
             folder = step.action.path
             step.mentions = [(p if "/" in p or not folder else f"{folder}/{p}", line) for p, line in step.mentions]
-            step.entries = listing_entries(event.output[:20_000], folder or "")
+            text = event.output[:20_000]
+            step.entries = tree_entries(text) if is_tree(text) else listing_entries(text, folder or "")
             self._see(step.entries)
+            self._listed(step.entries, event)
         elif step.action.kind == LIST and str(step.action.args.get("command", "")).startswith("ls -R"):
             step.entries = listing_entries(event.output[:20_000], "")  # its `dir:` headers say where
             self._see(step.entries)
+            self._listed(step.entries, event)
         self._see(path for path, _ in step.mentions)
         stats = self.keys[step.action.key]
         stats.ok, stats.after = step.ok, event.workspace_version
@@ -218,6 +222,12 @@ class SessionState:
                 self.test_prefixes.append(runner)
                 self.dotted[runner] = "/" not in target and not target.endswith(".py")
                 self.last_test = (runner, command[len(runner):].strip(), len(self.steps) - 1)
+
+    def _listed(self, entries: list[str], event: ToolResult) -> None:
+        """Remember the folders whose files a listing showed, unless it was cut short."""
+        if event.truncated_chars or len(event.output) > 20_000 or "[showing " in event.output:
+            return
+        self.listed.update(posixpath.dirname(entry) for entry in entries if not entry.endswith("/"))
 
     def _see(self, paths: Iterable[str]) -> None:
         for path in paths:
@@ -303,6 +313,34 @@ class SessionState:
 _WRITES_FILES = re.compile(r"""open\([^)]*['"][wa]\+?['"]|\.write_text\(|\.writelines?\(|shutil\.(?:copy|move)|os\.replace\(""")
 _PROJECT_PATH = re.compile(r"""['"](?:/[\w.-]+)*/?[\w.-]+/[\w./-]+\.\w{1,5}['"]""")  # a quoted nested file path
 _LS_LONG = re.compile(r"^[-dlcbps][-rwxsStT@+.]{9}")
+
+
+def is_tree(output: str) -> bool:
+    """Whether a listing is Tao's own list_files tree: a `folder/` header, then entries indented two spaces a level."""
+    lines = output.splitlines()[:2]
+    return len(lines) == 2 and lines[0].endswith("/") and " " not in lines[0] and lines[1].startswith("  ")
+
+
+def tree_entries(output: str, limit: int = 2000) -> list[str]:
+    """The entries of Tao's list_files tree as paths from the workspace root (folders without their slash)."""
+    lines = output.splitlines()[:limit]
+    top = lines[0].strip().rstrip("/") if lines else ""
+    base = "" if top in ("", ".") else top
+    parents: list[str] = []  # the folder names above the current entry, one a level
+    entries: list[str] = []
+    for line in lines[1:]:
+        name = line.lstrip(" ")
+        level = (len(line) - len(name)) // 2
+        if level < 1 or not name or name.startswith("["):  # the note of a cut-short listing, an unreadable folder
+            continue
+        name = name.split(" -> ", 1)[0]
+        folder = name.endswith("/")
+        name = name.rstrip("/")
+        del parents[level - 1:]
+        entries.append(posixpath.join(base, *parents, name))
+        if folder:
+            parents.append(name)
+    return entries
 
 
 def listing_entries(output: str, folder: str, limit: int = 2000) -> list[str]:

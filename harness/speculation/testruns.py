@@ -3,7 +3,9 @@
 A test command is a runner (`pytest`, `python3 tests/runtests.py`, `bin/test`) and targets. Runners come
 from the session (the ones it used, latest first) and from the learned model (the runners many sessions
 use, with the agent's interpreter filled in), the latter only when the runner's own script has been seen
-in this session (in a listing, an output or a command). A runner names its targets as paths
+in this session (in a listing, an output or a command) or its folder has (and no listing of that folder
+left the script out). A session that offers Tao's run_tests tool is
+taken to prefer the command its description shows over every learned runner. A runner names its targets as paths
 (`tests/test_x.py`) or as dotted labels relative to its folder (`migrations.test_x`). Targets: the test
 files and folders just seen or listed, the last run's targets (with another runner, as agents do when a
 runner is missing, and widened to the enclosing folder or package), and the test files just written.
@@ -18,6 +20,7 @@ from harness.speculation.action import TEST, make
 from harness.speculation.canonical import canonical_bash
 from harness.speculation.dataflow import Pool
 from harness.speculation.state import SessionState, is_test_file
+from tools.run_tests import EXAMPLE_RUNNER
 
 PY = "{python}"  # the interpreter slot of a learned runner template
 
@@ -59,14 +62,17 @@ def runners(state: SessionState, learned: list[dict[str, object]], default_inter
     found = [Runner(r, state.dotted.get(r, False), f"session{i}") for i, r in enumerate(reversed(state.test_prefixes[-2:]))]
     python = state.interpreter(default_interpreter)
     known = {template(r.command) for r in found}
+    if "run_tests" in state.tools:  # the tool's own example comes before what bash agents type
+        learned = [{"runner": template(EXAMPLE_RUNNER), "dotted": False}, *learned]
     for rank, item in enumerate(learned):
         shape = str(item["runner"])
         if shape in known:
             continue
         script = script_of(shape)
         sure = script is None or script in state.seen or script in state.command_words
-        if not sure and not _folder_seen(state, posixpath.dirname(script or "")):
-            continue
+        folder = posixpath.dirname(script or "")
+        if not sure and (folder in state.listed or not _folder_seen(state, folder)):
+            continue  # its folder was listed without it, or never seen
         found.append(Runner(shape.replace(PY, python), bool(item.get("dotted")), f"learned{min(rank, 3)}", sure))
         if len(found) >= 4:
             break
