@@ -198,18 +198,17 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
     started = time.perf_counter()
     before = machine()
 
-    async def main() -> tuple[tuple[list[dict[str, Any]], Pacing], runner.Workload]:
-        workload = await runner.load_workload(only, model_path, cache_dir(), traces, holdout)
-        if long := workload.too_long(profile):
-            raise UsageError(f"{len(long)} of {len(workload.sessions)} sessions outgrow the engine's context window "
-                             f"({profile.max_model_len} tokens, profile {profile.name}), e.g. {long[0]}; pick "
-                             "sessions with --only, or an engine with a longer window (--profile gpu)")
-        return await run_levels(levels, engine_kind, profile, workload, most, progress, partial, modes,
-                                repeat), workload
-
+    # On the real clock: a session's book is recorded by running the real tools, whose timeouts a virtual
+    # clock would fire at once (every subprocess wait jumps the clock ahead).
+    workload = asyncio.run(runner.load_workload(only, model_path, cache_dir(), traces, holdout))
+    if long := workload.too_long(profile):
+        raise UsageError(f"{len(long)} of {len(workload.sessions)} sessions outgrow the engine's context window "
+                         f"({profile.max_model_len} tokens, profile {profile.name}), e.g. {long[0]}; pick "
+                         "sessions with --only, or an engine with a longer window (--profile gpu)")
     factory = VirtualClockLoop if engine_kind == "sim" else None
     with asyncio.Runner(loop_factory=factory) as loop:
-        (rows, pacing), workload = loop.run(main())
+        rows, pacing = loop.run(run_levels(levels, engine_kind, profile, workload, most, progress, partial, modes,
+                                           repeat))
     result_ratios = ratios(rows)
     return {"config": {"engine": engine_kind, "profile": profile.name, "levels": levels, "groups_at_most": most,
                        "repeat": repeat,

@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.bench import sessions as recorded
 from harness.engine.replay import ReplayEngine
+from harness.errors import TaoError
 from harness.events import Event, ToolCall, ToolResult
 from harness.session import Session, SessionConfig
 from harness.speculation.canonical import canonical
@@ -114,9 +115,13 @@ async def record_book(session: recorded.LiveSession, cache: Path) -> Book:
     loop = Session(session.recording.task or "", ReplayEngine(session.recording), workspace, default_tools(),
                    config, [events.append])
     try:
-        await loop.run()
+        end = await loop.run()
     finally:
         workspace.close()
+    if end.status != "finished":  # never cache a book of a run that went wrong: every later run would replay it
+        raise TaoError(f"recording the tools' answers for {session.name} failed: the session ended "
+                         f"{end.status} ({end.reason}) after {end.steps} steps; nothing was cached. Check that "
+                         f"`tao bench live --only {session.name}` runs, then try again.")
     book = Book(session.name, calls_of(events, str(workspace.root)))
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"session": book.session, "calls": [asdict(c) for c in book.calls]}, indent=1),
