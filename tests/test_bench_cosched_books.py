@@ -25,4 +25,6 @@ def test_a_bundled_session_is_recorded_with_its_real_tool_answers(tmp_path: Path
     calls = book["calls"]
     assert [c["name"] for c in calls] == ["run_tests", "grep", "read_file", "edit_file", "run_tests", "run_tests"]
     assert "1 failed" in calls[0]["output"] and "passed" in calls[-1]["output"]  # pytest really ran
-    assert all(mode["not_finished"] == 0 for mode in result["levels"][0]["modes"].values())
+    modes = result["levels"][0]["modes"]
+    assert all(mode["not_finished"] == 0 for mode in modes.values())
+    assert all(mode["process_cpu_s"] >= 0 for mode in modes.values())  # Tao's own CPU, reported per mode

@@ -82,12 +82,14 @@ async def run_levels(levels: list[int], engine_kind: str, profile: Profile, work
             row: dict[str, Any] = {"sessions": level, "modes": {}, "order": []}
             runs: dict[str, list[list[dict[str, Any]]]] = {mode: [] for mode in wanted}  # per repetition
             stats: dict[str, list[dict[str, Any]]] = {mode: [] for mode in wanted}
+            cpu: dict[str, float] = {mode: 0.0 for mode in wanted}  # this process's CPU seconds, per mode
             for rep in range(repeat):
                 shift = (index + rep) % len(runner.MODES)
                 modes = [m for m in runner.MODES[shift:] + runner.MODES[:shift] if m in wanted]
                 row["order"].append(modes)
                 for mode in modes:
                     groups = []
+                    cpu_before = time.process_time()
                     for g, members in enumerate(runner.groups(level, workload, most_groups)):
                         engine = shared or SimEngine(profile)
                         if shared is not None:
@@ -98,7 +100,11 @@ async def run_levels(levels: list[int], engine_kind: str, profile: Profile, work
                             stats[mode].append(asdict(engine.stats))
                             await engine.close()
                     runs[mode].append(groups)
+                    cpu[mode] += time.process_time() - cpu_before
                     summary = mode_summary([g for done in runs[mode] for g in done], stats[mode])
+                    # Tao's process: session loops, analyzer, co-scheduler, and vLLM's front end or the simulator;
+                    # never the engine core, which runs in a process of its own.
+                    summary["process_cpu_s"] = round(cpu[mode], 2)
                     summary["repetition_means"] = [mode_summary(done, [])["mean"] for done in runs[mode]]
                     row["modes"][mode] = summary
                     if partial is not None:  # a long run keeps what it measured should it be stopped
@@ -107,7 +113,8 @@ async def run_levels(levels: list[int], engine_kind: str, profile: Profile, work
                         last = summary["repetition_means"][-1]
                         print(f"  {level:4} sessions  {mode:8} repetition {rep + 1}/{repeat}: mean {last:9.2f} s; "
                               f"so far mean {summary['mean']:9.2f} s  p99 {summary['p99']:9.2f} s  "
-                              f"({summary['runs']} session runs)", file=sys.stderr, flush=True)
+                              f"({summary['runs']} session runs; {summary['process_cpu_s']:.1f} CPU-s in this process)",
+                              file=sys.stderr, flush=True)
             out.append(row)
     finally:
         if shared is not None:
