@@ -184,15 +184,15 @@ class SessionState:
         step.empty = not event.output.strip()
         step.signal = output_signal(event.output, step.empty)
         step.mentions = path_mentions(event.output[:20_000], self.root)
+        text = event.output[:20_000]
         if step.action.tool == "list_files":  # a listing names entries of its folder
             folder = step.action.path
             step.mentions = [(p if "/" in p or not folder else f"{folder}/{p}", line) for p, line in step.mentions]
-            text = event.output[:20_000]
             step.entries = tree_entries(text) if is_tree(text) else listing_entries(text, folder or "")
             self._see(step.entries)
             self._listed(step.entries, event)
         elif step.action.kind == LIST and str(step.action.args.get("command", "")).startswith("ls -R"):
-            step.entries = listing_entries(event.output[:20_000], "")  # its `dir:` headers say where
+            step.entries = listing_entries(text, "")  # its `dir:` headers say where
             self._see(step.entries)
             self._listed(step.entries, event)
         self._see(path for path, _ in step.mentions)
@@ -227,7 +227,7 @@ class SessionState:
         """Remember the folders whose files a listing showed, unless it was cut short."""
         if event.truncated_chars or len(event.output) > 20_000 or "[showing " in event.output:
             return
-        self.listed.update(posixpath.dirname(entry) for entry in entries if not entry.endswith("/"))
+        self.listed.update(posixpath.dirname(entry) for entry in entries)
 
     def _see(self, paths: Iterable[str]) -> None:
         for path in paths:

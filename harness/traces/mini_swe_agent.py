@@ -117,11 +117,11 @@ def _replay_actions(messages: list[dict[str, Any]], builder: SessionBuilder, whe
                     return str(_exit(messages).get("submission") or "")
                 pending.append((builder.call("bash", {"command": command}), action.get("tool_call_id")))
         elif "raw_output" in extra or "returncode" in extra:
-            answered = message.get("tool_call_id") or message.get("call_id")
-            index = next((i for i, (_, tid) in enumerate(pending) if answered and tid == answered), 0)
             if not pending:
                 report.skip(f"{where}: message {number}", "an observation with no command before it")
                 continue
+            answered = message.get("tool_call_id") or message.get("call_id")
+            index = next((i for i, (_, tid) in enumerate(pending) if answered and tid == answered), 0)
             call_id, _ = pending.pop(index)
             code = extra.get("returncode") if isinstance(extra.get("returncode"), int) else None
             builder.result(call_id, str(extra.get("raw_output") or ""), code, code not in (0, None), t=at)
