@@ -78,7 +78,18 @@ def test_summary_ratios_shares_and_worst_session() -> None:
     assert result["share_of_oracle"] == round((1.0 - 0.6) / (2.0 + 2.0), 4)
     assert a["spec"]["promoted"] == 2 and result["total"]["spec"]["promoted"] == 1
     assert result["trajectories_checked"] == 8 and result["trajectories_equal"] == 7
+    assert result["trajectories_differ"] == []  # runs without their events say only that they differ
     assert result["overhead"]["decisions"] == 8 and result["overhead"]["ms_per_decision"] == 5.0
+
+
+def test_a_trajectory_that_differs_is_shown_at_its_first_differing_event() -> None:
+    off, on = run(10.0, "a", "off"), run(9.0, "a", "on", trace="other")
+    off["events"] = ['{"type": "session_start"}', '{"output": "3 passed", "type": "tool_result"}']
+    on["events"] = ['{"type": "session_start"}', '{"output": "2 passed", "type": "tool_result"}']
+    diff = live.summarize([off, on, run(8.0, "a", "oracle")])["trajectories_differ"]
+    assert diff == [{"run": "a/on/0", "event": 1, "off": off["events"][1], "on": on["events"][1]}]
+    on["events"] = on["events"][:1]
+    assert live.differences([off, on])[0] == {"run": "a/on/0", "event": 1, "off": off["events"][1], "on": None}
 
 
 def test_call_gaps_rank_the_tool_wait_tao_leaves_to_the_oracle() -> None:

@@ -102,10 +102,11 @@ async def run_one(session: recorded.LiveSession, mode: str, tpot: float, model: 
     calls = [{"step": e.step, "name": e.name, "call": f"{e.name} {asked.get(e.call_id, '')}", "duration": e.duration,
               "promoted": e.call_id in promoted, "waited": promoted[e.call_id].waited if e.call_id in promoted else 0.0}
              for e in events if isinstance(e, ToolResult)]
-    trace = json.dumps(comparable(events), sort_keys=True, default=str)
+    items = [json.dumps(item, sort_keys=True, default=str) for item in comparable(events)]
     return {"session": session.name, "mode": mode, "seconds": seconds, "status": end.status, "steps": end.steps,
             "spec": {f: getattr(summary, f) if summary else 0 for f in SPEC_FIELDS},
-            "overhead": meter.to_dict(), "calls": calls, "trace": hashlib.sha256(trace.encode()).hexdigest()[:16]}
+            "overhead": meter.to_dict(), "calls": calls, "events": items,
+            "trace": hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]}
 
 
 async def replay_session(session: recorded.LiveSession, analyzer: Any, tpot: float,
@@ -242,6 +243,22 @@ def call_gaps(runs: list[dict[str, Any]], top: int = 8) -> dict[str, Any]:
     return {"gap_s": round(sum(row["gap_s"] for row in rows), 3), "largest": rows[:top]}
 
 
+def differences(runs: list[dict[str, Any]], width: int = 600) -> list[dict[str, Any]]:
+    """Each run whose trajectory is not its off run's: the first event that differs, both ways (cut to `width`)."""
+    reference = {(r["session"], r["rep"]): r for r in runs if r["mode"] == "off"}
+    found = []
+    for run in runs:
+        off = reference.get((run["session"], run["rep"]))
+        if run["mode"] == "off" or off is None or run["trace"] == off["trace"] or "events" not in run:
+            continue
+        mine, theirs = run["events"], off["events"]
+        index = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+        found.append({"run": f"{run['session']}/{run['mode']}/{run['rep']}", "event": index,
+                      "off": theirs[index][:width] if index < len(theirs) else None,
+                      run["mode"]: mine[index][:width] if index < len(mine) else None})
+    return found
+
+
 def paired_ratios(runs: list[dict[str, Any]], mode: str = "on") -> dict[str, list[float]]:
     """Per session, on/off of each repetition (the spread that load drifts leave)."""
     off = {(r["session"], r["rep"]): r["seconds"] for r in runs if r["mode"] == "off"}
@@ -313,7 +330,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "slowed_promotions": {m: slowed_promotions(runs, m) for m in ("on", "oracle")},
         "call_gaps": call_gaps(runs), "paired_ratios": paired_ratios(runs), "unpromoted": unpromoted(runs),
         "trajectories_equal": sum(r["trace"] == reference[(r["session"], r["rep"])] for r in checked),
-        "trajectories_checked": len(checked),
+        "trajectories_checked": len(checked), "trajectories_differ": differences(runs),
         "not_finished": [f"{r['session']}/{r['mode']}/{r['rep']}: {r['status']}" for r in runs if r["status"] != "finished"],
     }
 
@@ -346,7 +363,8 @@ def run(session_dir: Path = recorded.SESSIONS_DIR, only: list[str] | None = None
     before = machine()
     started = time.perf_counter()
     runs = asyncio.run(run_all(selected, repeat, tpot_ms / 1000, model_path, cache, progress))
-    (cache / "last-runs.json").write_text(json.dumps(runs), encoding="utf-8")  # every call, to look into later
+    kept = [{k: v for k, v in r.items() if k != "events"} for r in runs]
+    (cache / "last-runs.json").write_text(json.dumps(kept), encoding="utf-8")  # every call, to look into later
     result = summarize(runs)
     after = machine()
     result["config"] = {"tpot_ms": tpot_ms, "repeat": repeat, "model": model_note,
@@ -411,6 +429,9 @@ def table(result: dict[str, Any]) -> str:
                  f"{slow['slower_than_off']}")
     lines.append(f"trajectories equal to the off run's: {result['trajectories_equal']}/{result['trajectories_checked']}"
                  + (f"; not finished: {', '.join(result['not_finished'])}" if result["not_finished"] else ""))
+    for diff in result["trajectories_differ"]:
+        lines.append(f"  {diff['run']} differs from its off run at event {diff['event']}: "
+                     + "; ".join(f"{k} {v}" for k, v in diff.items() if k not in ("run", "event")))
     m = result["machine"]
     lines.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load_before']} -> "
                  f"{m['load_after']}; {config['seconds']:.0f} s in all")
