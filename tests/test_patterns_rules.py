@@ -97,6 +97,14 @@ def test_a_test_run_widens_to_its_folder_and_a_label_to_its_package() -> None:
     assert "test_widen" in keys(script)[canonical_bash("./tests/runtests.py queries").key]
 
 
+def test_a_selected_test_widens_to_its_file_and_never_to_a_file_with_a_slash() -> None:
+    script = Script()
+    script.bash("pytest pkg/tests/test_ops.py::test_add", "1 passed")
+    found = keys(script)
+    assert "test_widen" in found[canonical_bash("pytest pkg/tests/test_ops.py").key]
+    assert canonical_bash("pytest pkg/tests/test_ops.py/").key not in found
+
+
 def test_a_listed_test_folder_is_run_by_its_label_with_a_learned_dotted_runner() -> None:
     script = Script()
     script.bash("ls tests", "runtests.py\nqueries\ndelete\n")
@@ -283,3 +291,10 @@ def test_an_option_value_is_not_taken_for_the_test_target() -> None:
         "python -m pytest -q -p no:cacheprovider", "tests/unit")
     assert split_test("pytest -k 'slow' tests") == ("pytest -k 'slow'", "tests")
     assert split_test("python tests/runtests.py queries.test_q") == ("python tests/runtests.py", "queries.test_q")
+
+
+def test_a_compound_command_gives_a_runner_only_when_its_first_part_runs_tests() -> None:
+    assert split_test("cd tests && python runtests.py queries") == ("cd tests && python runtests.py queries", None)
+    assert split_test("git stash; pytest tests/a.py") == ("git stash; pytest tests/a.py", None)
+    assert split_test("pytest tests/a.py && echo ok") == ("pytest", "tests/a.py")
+    assert split_test("python -m pytest tests/a.py 2>&1 | tail -20") == ("python -m pytest", "tests/a.py")

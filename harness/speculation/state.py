@@ -438,11 +438,19 @@ def removed_paths(action: Action) -> list[str]:
     return [w for w in command.split()[1:] if not w.startswith("-")]
 
 
+_COMPOUND = re.compile(r"&&|\|\||;")
+_RUNS_TESTS = re.compile(r"pytest|unittest|runtests|bin/test|\btox\b|\bnose")
 _VALUE_FLAGS = frozenset({"-p", "-k", "-m", "-W", "-o", "-c", "-n", "--rootdir", "--ignore", "--deselect"})
 
 
 def split_test(command: str) -> tuple[str, str | None]:
-    """A test command's runner and target: `python tests/runtests.py a.b` -> (`python tests/runtests.py`, `a.b`)."""
+    """A test command's runner and target: `python tests/runtests.py a.b` -> (`python tests/runtests.py`, `a.b`).
+
+    A compound command whose first part runs no tests (`cd tests && pytest x`) has no runner to reuse.
+    """
+    first = _COMPOUND.split(command, 1)[0]
+    if first != command and not _RUNS_TESTS.search(first):
+        return command, None
     words = command.split()
     for index, word in enumerate(words[1:], 1):
         if words[index - 1] in _VALUE_FLAGS and index > 1:

@@ -168,7 +168,7 @@ def propose(state: SessionState, pool: Pool, learned: list[dict[str, object]], d
     wider = _widen(first)
     if wider:
         _add(state, pool, Runner(last_runner, False, "session0"), wider, "test_widen", "t_widen")
-        if "/" in wider:
+        if "/" in wider and not wider.endswith(".py"):  # a folder, also as typed with its slash
             _add(state, pool, Runner(last_runner, False, "session0"), wider + "/", "test_widen", "t_widen")
 
 
