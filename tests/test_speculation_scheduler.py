@@ -17,7 +17,7 @@ import pytest
 from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, ToolCall, ToolResult
 from harness.protocol import ParsedCall
 from harness.speculation.canonical import canonical
-from harness.speculation.patterns import Candidate
+from harness.speculation.patterns import Candidate, Partial
 from harness.speculation.scheduler import Budget, SpeculationScheduler
 from sandbox import Workspace
 from tests.helpers import make_calc_repo
@@ -213,6 +213,17 @@ async def test_once_the_call_is_named_speculations_of_other_tools_give_up_their_
     await scheduler.close()
     assert observation is not None and observation.text == await authoritative(repo, "read_file",
                                                                                {"path": "calc/ops.py"})
+
+
+async def test_once_the_call_is_named_no_other_tool_is_launched(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    scheduler, events = make(repo, ("run_tests", {}), ("read_file", {"path": "calc/ops.py"}))
+    # A bash call that runs the tests shares run_tests' key but is never answered by it (take refuses).
+    assert scheduler.launch("c", 1, Partial(text="Run the tests.", name="bash")) == []
+    launched = scheduler.launch("c", 1, Partial(text="Read it.", name="read_file"))
+    assert [s.candidate.name for s in launched] == ["read_file"]
+    await scheduler.close()
+    assert [e.name for e in of(events, SpecLaunch)] == ["read_file"]
 
 
 async def test_a_discarded_run_costs_the_cpu_it_used_not_the_time_it_waited(tmp_path: Path) -> None:

@@ -178,6 +178,8 @@ class SpeculationScheduler:
         self._drop_stale(version)
         started = []
         for candidate in self.analyzer.predict(moment, partial, k=self.budget.k):
+            if partial is not None and partial.name and candidate.name != partial.name:
+                continue  # the call has begun as another tool: this one can never be it (see narrow)
             if self._admit(candidate, version):
                 started.append(self._start(candidate, moment, version))
         return started
