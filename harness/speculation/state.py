@@ -23,6 +23,7 @@ from harness.speculation.action import (CLEANUP, EDIT, LIST, READ, SCRIPT, SEARC
                                         Action, changes_workspace, norm_path)
 from harness.speculation.canonical import canonical
 from harness.speculation.extract import path_mentions
+from harness.speculation.shellmap import command_kind
 
 _NUMBERED = re.compile(r"(?m)^\s*\d+(?:\t|: |\| |\u2192)")
 _RUNNABLE = (".py", ".sh")
@@ -183,8 +184,8 @@ class SessionState:
         step.ok = (not event.is_error) if event.exit_code is None else event.exit_code == 0
         step.empty = not event.output.strip()
         step.signal = output_signal(event.output, step.empty)
-        step.mentions = path_mentions(event.output[:20_000], self.root)
         text = event.output[:20_000]
+        step.mentions = path_mentions(text, self.root)
         if step.action.tool == "list_files":  # a listing names entries of its folder
             folder = step.action.path
             step.mentions = [(p if "/" in p or not folder else f"{folder}/{p}", line) for p, line in step.mentions]
@@ -438,8 +439,6 @@ def removed_paths(action: Action) -> list[str]:
     return [w for w in command.split()[1:] if not w.startswith("-")]
 
 
-_COMPOUND = re.compile(r"&&|\|\||;")
-_RUNS_TESTS = re.compile(r"pytest|unittest|runtests|bin/test|\btox\b|\bnose")
 _VALUE_FLAGS = frozenset({"-p", "-k", "-m", "-W", "-o", "-c", "-n", "--rootdir", "--ignore", "--deselect"})
 
 
@@ -448,8 +447,11 @@ def split_test(command: str) -> tuple[str, str | None]:
 
     A compound command whose first part runs no tests (`cd tests && pytest x`) has no runner to reuse.
     """
-    first = _COMPOUND.split(command, 1)[0]
-    if first != command and not _RUNS_TESTS.search(first):
+    try:
+        commands = shell.parse(command)
+    except shell.ShellSyntax:
+        commands = []
+    if len(commands) > 1 and command_kind(commands[0]) != TEST:
         return command, None
     words = command.split()
     for index, word in enumerate(words[1:], 1):
