@@ -76,6 +76,7 @@ class Overlay:
         self._cpu_done: float | None = 0.0  # CPU seconds of the finished runs; None once one could not count
         self._boosted = False  # once boosted, later runs (and runs still setting up) are not niced
         self._closed = False
+        self._taints: list[str] = []  # why a run here may have seen another world than a real run
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -227,6 +228,13 @@ class Overlay:
         self._boosted = True
         base = os.getpriority(os.PRIO_PROCESS, 0)
         return any([renice_session(sid, base) for sid in self._sessions])
+
+    def taints(self) -> list[str]:
+        """Why the runs so far may have seen a different world than a real run would (empty: nothing seen).
+
+        Reasons are for people and accumulate over every run in this overlay; a tainted result must not
+        be promoted. Safe to call after the runs finished, and after discard."""
+        return list(dict.fromkeys(self._taints))
 
     def changes(self) -> list[Change]:
         """Every path the runs so far created, modified, deleted or touched, against the real tree."""
