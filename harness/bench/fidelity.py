@@ -1,0 +1,664 @@
+"""`tao bench fidelity`: is a promoted speculation exactly what the real run would have given?
+
+For every generated case (harness.bench.fidelity_cases) two worlds run one after the other, at the same
+absolute path and each from a fresh copy of the same tree:
+
+    off: the earlier calls, then the model's real call, through a Session without speculation;
+    on:  the same calls through a Session with a real SpeculationScheduler, the case's candidate launched
+         (and, most of the time, waited for) before the real call.
+
+Compared byte for byte: every observation (text, is_error, exit_code, truncated_chars), the final tree
+(type, mode, owner, bytes, symlink target, link count and which paths are hard links of which) and the
+canaries outside the workspace (`out/`, the scratch $HOME, the case's files in the real /tmp and in the
+overlay state base). A mismatch is re-checked with a second off run:
+
+    difference  the on world differs and two real runs agree (served by a speculation or the repeat cache,
+                or, with nothing served, a discarded speculation that left a trace)
+    unstable    two real runs differ too: the case is nondeterministic (the bench's own fault, or Tao's)
+    escape      the workspace or a canary changed while the speculation ran, before the real call; or a
+                hostile command printed that a forbidden step worked
+    crash       an exception (or a hang) out of Tao's code in either world
+
+Prints JSON with the counts, the first examples of each, counts by kind and label, and the machine;
+exit code 1 when there are differences, escapes or crashes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import queue
+import re
+import shutil
+import socketserver
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.bench import emit, machine
+from harness.bench.fidelity_cases import ESCAPE_MARK, KINDS, Call, Case, Outside, call_dict, case_by_id, generate
+from harness.engine.replay import Recording, ReplayEngine
+from harness.events import Event, SpecPromote
+from harness.protocol import ParsedCall
+from harness.session import Session
+from harness.speculation.canonical import canonical
+from harness.speculation.patterns import Candidate
+from sandbox import Workspace
+from tools import default_tools
+
+CALL_TIMEOUT = 120.0  # seconds one call may take before it counts as a hang
+EXAMPLES = 5  # examples kept of each failure class
+Seen = tuple[str, bool, int | None, int]  # text, is_error, exit_code, truncated_chars
+
+
+class Crashed(Exception):
+    """An exception (or a hang) out of Tao's code, already described for the report."""
+
+
+@dataclass(frozen=True)
+class Places:
+    """Where a case lives: the same absolute paths for both worlds of every case."""
+
+    base: Path
+    token: str  # prefix of the case's canary files in the real /tmp and the state base
+    port: int = 0  # the loopback server's
+    trash: Trash | None = field(default=None, compare=False)  # where old trees go to be deleted
+
+    @property
+    def root(self) -> Path:
+        return self.base / "case"
+
+    @property
+    def ws(self) -> Path:
+        return self.root / "ws"
+
+    @property
+    def state(self) -> Path:
+        return self.base / "overlays"
+
+    def fill(self, value: Any) -> Any:
+        """`value` with the placeholders of fidelity_cases replaced, in every string, key and item."""
+        if isinstance(value, str):
+            for name, text in (("%WSREL%", str(self.ws).lstrip("/")), ("%WS%", str(self.ws)),
+                               ("%OUT%", str(self.root / "out")), ("%HOME%", str(self.root / "home")),
+                               ("%TMP%", f"/tmp/{self.token}"), ("%TOKEN%", self.token),
+                               ("%STATE%", str(self.state)), ("%PORT%", str(self.port)), ("%MARK%", ESCAPE_MARK)):
+                value = value.replace(name, text)
+            return value
+        if isinstance(value, list):
+            return [self.fill(item) for item in value]
+        if isinstance(value, dict):
+            return {self.fill(key): self.fill(item) for key, item in value.items()}
+        return value
+
+    def canaries(self) -> list[tuple[str, Path]]:
+        """The case's files in the real /tmp and in the overlay state base, with the names they are shown by."""
+        found = []
+        for folder, shown in ((Path("/tmp"), "%TMP%"), (self.state, "%STATE%/%TOKEN%")):
+            for name in sorted(os.listdir(folder)) if folder.is_dir() else []:
+                if name.startswith(self.token):
+                    found.append((shown + name[len(self.token):], folder / name))
+        return found
+
+
+# -- trees: build, clear, snapshot, compare -----------------------------------------------------------
+
+
+def remove(path: Path) -> None:
+    """Delete a file or a whole tree, whatever modes a test left on it."""
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+
+    def fix(func: Any, failed: str, _exc: Any) -> None:
+        os.chmod(os.path.dirname(failed), 0o700)
+        if os.path.isdir(failed) and not os.path.islink(failed):
+            os.chmod(failed, 0o700)
+            shutil.rmtree(failed, onerror=fix)
+        else:
+            os.unlink(failed)
+
+    shutil.rmtree(path, onerror=fix)
+
+
+class Trash:
+    """Deletes old case trees in a thread of its own, so the next case need not wait for it."""
+
+    def __init__(self, base: Path) -> None:
+        self.base, self.count = base / "trash", 0
+        self.base.mkdir(parents=True, exist_ok=True)
+        self.queue: queue.Queue[Path | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def put(self, path: Path) -> None:
+        """Move `path` out of the way at once; it is deleted later."""
+        if os.path.lexists(path):
+            self.count += 1
+            path.rename(self.base / str(self.count))
+            self.queue.put(self.base / str(self.count))
+
+    def _work(self) -> None:
+        while (path := self.queue.get()) is not None:
+            remove(path)
+
+    def close(self) -> None:
+        """Wait until everything put here is deleted."""
+        self.queue.put(None)
+        self.thread.join()
+        remove(self.base)
+
+
+def clear(places: Places) -> None:
+    """Remove the case root and the case's canary files."""
+    if places.trash is not None:
+        places.trash.put(places.root)
+    remove(places.root)
+    for _, path in places.canaries():
+        remove(path)
+
+
+def build(case: Case, places: Places) -> None:
+    """A fresh copy of the case's tree at the case root."""
+    clear(places)
+    places.root.mkdir(parents=True)
+    folders = []
+    for entry in case.tree:
+        path, data = places.root / entry.path, places.fill(entry.data)
+        if entry.type == "dir":
+            path.mkdir(parents=True, exist_ok=True)
+            folders.append((path, entry.mode))
+        elif entry.type == "file":
+            path.write_bytes(data.encode("utf-8", "surrogateescape"))
+            path.chmod(entry.mode)
+        elif entry.type == "symlink":
+            os.symlink(data, path)
+        elif entry.type == "hardlink":
+            os.link(places.root / data, path)
+    for path, mode in reversed(folders):
+        path.chmod(mode)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every path of the case root and the canaries: its facts, and the groups of hard-linked paths."""
+
+    entries: dict[str, tuple[Any, ...]]
+    links: tuple[tuple[str, ...], ...]
+
+
+FIELDS = {"file": ("type", "mode", "uid", "gid", "nlink", "bytes"), "symlink": ("type", "target", "uid", "gid")}
+
+
+def facts(path: Path, st: os.stat_result) -> tuple[Any, ...]:
+    """What is compared of one path (never times, never a directory's size)."""
+    owner = (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid)
+    if stat.S_ISREG(st.st_mode):
+        data = path.read_bytes()
+        return ("file", *owner, st.st_nlink, data if len(data) <= 1 << 20 else hashlib.sha256(data).hexdigest())
+    if stat.S_ISLNK(st.st_mode):
+        return ("symlink", os.readlink(path), st.st_uid, st.st_gid)
+    kind = "dir" if stat.S_ISDIR(st.st_mode) else stat.filemode(st.st_mode)[0]
+    return (kind, *owner, st.st_rdev if kind in "bc" else 0)
+
+
+def snapshot(places: Places) -> Snapshot:
+    """The case root (`ws/`, `out/`, `home/`) and the canaries, without following any link."""
+    entries: dict[str, tuple[Any, ...]] = {}
+    inodes: dict[tuple[int, int], list[str]] = {}
+    stack = [(name, places.root / name) for name in sorted(os.listdir(places.root))] if places.root.is_dir() else []
+    stack += places.canaries()
+    while stack:
+        key, path = stack.pop()
+        st = os.lstat(path)
+        entries[key] = facts(path, st)
+        if stat.S_ISDIR(st.st_mode):
+            stack += [(f"{key}/{name}", path / name) for name in os.listdir(path)]
+        elif st.st_nlink > 1:
+            inodes.setdefault((st.st_dev, st.st_ino), []).append(key)
+    return Snapshot(entries, tuple(sorted(tuple(sorted(g)) for g in inodes.values() if len(g) > 1)))
+
+
+def excerpt(a: Any, b: Any, width: int = 36) -> str:
+    """Where two values first differ, shown compactly: `at 12: 'abc…' vs 'abd…'`."""
+    if not isinstance(a, (str, bytes)) or not isinstance(b, (str, bytes)) or type(a) is not type(b):
+        return f"{a!r} vs {b!r}"[:4 * width]
+    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = max(0, at - width // 3)
+    return f"at {at}: {a[start:start + width]!r} vs {b[start:start + width]!r}"
+
+
+def diff_trees(a: Snapshot, b: Snapshot, names: tuple[str, str] = ("on", "off")) -> list[str]:
+    """Every way two snapshots differ, one line a path (the first world's value first)."""
+    lines = []
+    for key in sorted(a.entries.keys() | b.entries.keys()):
+        x, y = a.entries.get(key), b.entries.get(key)
+        if x == y:
+            continue
+        if x is None or y is None:
+            lines.append(f"{key}: only in {names[0] if y is None else names[1]} ({(x or y)[0]})")
+            continue
+        fields = FIELDS.get(x[0], ("type", "mode", "uid", "gid", "rdev")) if x[0] == y[0] else ("type",)
+        for name, u, v in zip(fields, x, y):
+            if u != v:
+                lines.append(f"{key}: {name} {excerpt(u, v) if name in ('bytes', 'target') else f'{u!r} vs {v!r}'}")
+    if a.links != b.links:
+        lines.append(f"hard links: {list(a.links)} vs {list(b.links)}")
+    return lines
+
+
+def diff_seen(label: str, a: Seen, b: Seen) -> list[str]:
+    """How two observations of the same call differ (the on world's first)."""
+    names = ("text", "is_error", "exit_code", "truncated_chars")
+    return [f"{label}: {name} {excerpt(x, y) if name == 'text' else f'{x!r} vs {y!r}'}"
+            for name, x, y in zip(names, a, b) if x != y]
+
+
+# -- the two worlds -------------------------------------------------------------------------------------
+
+
+class OneCandidate:
+    """Stands in for the pattern analyzer and proposes exactly the case's candidate: the bench is about
+    promotion, not prediction (tests/test_patterns_* cover that)."""
+
+    def __init__(self, call: Call, root: str) -> None:
+        action = canonical(call.name, call.arguments, root)
+        self.candidate = Candidate(call.name, call.arguments, action.key, action.kind, action.effect, 0.9, 1.0, 0.1,
+                                   0.9, "fidelity bench")
+
+    def observe(self, event: Event) -> None:
+        """Nothing to learn."""
+
+    def predict(self, moment: str = "a", partial: Any = None, k: int = 3) -> list[Candidate]:
+        return [self.candidate][:k]
+
+
+@dataclass
+class World:
+    """What one world returned and left behind."""
+
+    seen: list[tuple[str, Seen]] = field(default_factory=list)  # (call label, observation)
+    served: dict[str, str] = field(default_factory=dict)  # call id -> promoted, sliced or repeat
+    tree: Snapshot | None = None
+    crash: str | None = None
+    escapes: list[str] = field(default_factory=list)
+    spec_errors: list[str] = field(default_factory=list)
+
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def frame_name(frame: traceback.FrameSummary) -> str:
+    """`tools/reading.py:79 in _line_range` (project files by their path, others by their name)."""
+    path = Path(frame.filename).resolve()
+    return f"{path.relative_to(PROJECT) if path.is_relative_to(PROJECT) else path.name}:{frame.lineno} in {frame.name}"
+
+
+def crash_text(stage: str, exc: BaseException) -> str:
+    """`stage: Type: message (where)`: the innermost frame in Tao's own code, then the innermost of all."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if Path(f.filename).resolve().is_relative_to(PROJECT) and "/bench/" not in f.filename]
+    where = " <- ".join(dict.fromkeys(frame_name(f) for f in ours[-1:] + frames[-1:])) or "?"
+    return f"{stage}: {type(exc).__name__}: {str(exc)[:160]} ({where})"
+
+
+async def tao(stage: str, awaitable: Any) -> Any:
+    """Await Tao's code; what it raises, or a hang, becomes Crashed."""
+    try:
+        return await asyncio.wait_for(awaitable, CALL_TIMEOUT)
+    except TimeoutError:
+        raise Crashed(f"{stage}: did not finish within {CALL_TIMEOUT:g} s (a hang)") from None
+    except Exception as exc:  # noqa: BLE001 - any exception out of Tao's code is what this bench counts
+        raise Crashed(crash_text(stage, exc)) from exc
+
+
+def label_of(call: Call, call_id: str) -> str:
+    return f"{call_id} {call.name[:40]!r}"
+
+
+async def act(session: Session, call: Call, call_id: str, step: int, places: Places) -> tuple[str, Seen]:
+    """One call as the session makes it: promoted, answered from the repeat cache, or run for real."""
+    session.steps = step
+    parsed = ParsedCall(call_id, call.name, places.fill(call.arguments))
+    observation = await tao(f"{label_of(call, call_id)}", session.act(parsed))
+    return label_of(call, call_id), (observation.text, observation.is_error, observation.exit_code,
+                                     observation.truncated_chars)
+
+
+async def speculate(session: Session, case: Case, places: Places, world: World) -> list[Any]:
+    """Launch the candidate, wait for it (most cases), and note any change it made before the real call."""
+    assert session.speculation is not None
+    before = snapshot(places)
+    try:
+        session.launch("a")
+    except Exception as exc:  # noqa: BLE001
+        raise Crashed(crash_text("launch", exc)) from exc
+    specs = list(session.speculation.specs.values())
+    tasks = [spec.task for spec in specs if spec.task is not None]
+    deadline = time.monotonic() + CALL_TIMEOUT
+    while case.wait and not all(task.done() for task in tasks) and time.monotonic() < deadline:
+        try:  # at Tao's own priority, as once the real call waits: a busy machine starves niced runs
+            for spec in specs:
+                if spec.overlay is not None:
+                    spec.overlay.boost()
+        except Exception as exc:  # noqa: BLE001
+            raise Crashed(crash_text("boost", exc)) from exc
+        await asyncio.wait(tasks, timeout=0.25)
+    world.escapes += [f"while speculating: {line}" for line in diff_trees(snapshot(places), before, ("now", "before"))]
+    return specs
+
+
+def after_speculation(specs: list[Any], world: World) -> None:
+    """Speculative runs that failed, and hostile commands that say a forbidden step worked."""
+    for spec in specs:
+        if spec.task is None or not spec.task.done() or spec.task.cancelled():
+            continue
+        if (exc := spec.task.exception()) is not None:
+            world.spec_errors.append(crash_text("speculative run", exc))
+            continue
+        text, command = spec.task.result().text, spec.candidate.arguments.get("command")
+        if isinstance(command, str):  # the command's own text names the mark; only its output counts
+            text = text.removeprefix(f"$ {command.strip()}\n")
+        world.escapes += [f"speculation printed: {line.strip()[:160]}" for line in text.splitlines()
+                          if ESCAPE_MARK in line]
+
+
+async def run_world(case: Case, places: Places, speculating: bool, keep: Path | None = None) -> World:
+    """Build the tree, make the calls as a session does (with or without speculation), snapshot the result."""
+    world = World()
+    events: list[Event] = []
+    specs: list[Any] = []
+    build(case, places)
+    os.environ["HOME"] = str(places.root / "home")
+    workspace = Workspace(places.ws)
+    session: Session | None = None
+    try:
+        try:
+            analyzer = OneCandidate(Call(case.candidate.name, places.fill(case.candidate.arguments)),
+                                    str(workspace.root)) if speculating else None
+            session = Session("fidelity case", ReplayEngine(Recording([])), workspace,
+                              default_tools(bash_timeout=CALL_TIMEOUT / 2, test_timeout=CALL_TIMEOUT / 2),
+                              sinks=[events.append], analyzer=analyzer, warm=False)
+        except Exception as exc:  # noqa: BLE001
+            raise Crashed(crash_text("candidate and session", exc)) from exc
+        for index, step in enumerate(case.history):
+            if isinstance(step, Outside):
+                with open(places.root / places.fill(step.path), "a") as handle:  # in place: the same inode
+                    handle.write(step.data)
+            else:
+                world.seen.append(await act(session, step, f"h{index}", index + 1, places))
+        if speculating:
+            specs = await speculate(session, case, places, world)
+        world.seen.append(await act(session, case.real, "real", len(case.history) + 1, places))
+    except Crashed as crash:
+        world.crash = str(crash)
+    finally:
+        await close(session, world)
+        workspace.close()
+    after_speculation(specs, world)
+    world.served = {e.call_id: "repeat" if e.spec_id == "repeat" else "sliced" if e.sliced else "promoted"
+                    for e in events if isinstance(e, SpecPromote)}
+    world.tree = snapshot(places)
+    if keep is not None:
+        remove(keep)
+        subprocess.run(["cp", "-a", str(places.root), str(keep)], check=False)
+    return world
+
+
+async def close(session: Session | None, world: World) -> None:
+    """End the session's speculation and tools; a failure there is a crash too."""
+    if session is None:
+        return
+    try:
+        if session.speculation is not None:
+            await tao("closing the speculation", session.speculation.close())
+        await tao("closing the tools", session.close_tools())
+    except Crashed as crash:
+        world.crash = world.crash or str(crash)
+
+
+# -- judging a case -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Verdict:
+    """What one case showed."""
+
+    case: Case
+    served: str | None = None  # how the real call was answered in the on world (None: run for real)
+    history_served: int = 0  # earlier calls answered by the scheduler (the repeat cache)
+    differences: list[str] = field(default_factory=list)
+    escapes: list[str] = field(default_factory=list)
+    crashes: list[str] = field(default_factory=list)
+    unstable: list[str] = field(default_factory=list)
+    spec_errors: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.differences or self.escapes or self.crashes)
+
+
+def compare(case: Case, a: World, b: World) -> list[str]:
+    """Every mismatch between two worlds; a knowingly nondeterministic real call is checked by its regex."""
+    lines = []
+    for (label, x), (_, y) in zip(a.seen, b.seen):
+        if case.expect is not None and label.startswith("real "):
+            same = {f"h{i} " for i, step in enumerate(case.history) if step == case.real}
+            earlier = [seen[0] for name, seen in a.seen if name[:name.index(" ") + 1] in same]
+            if not re.fullmatch(case.expect, x[0]):
+                lines.append(f"{label}: text {x[0][:120]!r} is no output a real run gives (expected {case.expect!r})")
+            elif x[0] in earlier:
+                lines.append(f"{label}: text {x[0][:120]!r} repeats an earlier run's output: a stale answer")
+        else:
+            lines += diff_seen(label, x, y)
+    if len(a.seen) != len(b.seen):
+        lines.append(f"calls made: {len(a.seen)} vs {len(b.seen)}")
+    if a.tree is not None and b.tree is not None:
+        lines += diff_trees(a.tree, b.tree)
+    return lines
+
+
+async def judge(case: Case, places: Places, keep: Path | None = None) -> Verdict:
+    """Run both worlds of a case (and a second off world on a mismatch) and classify what they show."""
+    started = time.monotonic()
+    scratch = places.base / "kept" if keep is not None else None
+    off = await run_world(case, places, False, scratch / "off" if scratch else None)
+    on = await run_world(case, places, True, scratch / "on" if scratch else None)
+    verdict = Verdict(case, on.served.get("real"), sum(1 for cid in on.served if cid != "real"),
+                      escapes=on.escapes, spec_errors=on.spec_errors)
+    verdict.crashes = [f"{name} world, {world.crash}" for name, world in (("off", off), ("on", on)) if world.crash]
+    if not verdict.crashes and (mismatch := compare(case, on, off)):
+        again = await run_world(case, places, False)
+        if again.crash or compare(case, again, off):
+            verdict.unstable = mismatch + ["two real runs differ too"]
+        elif verdict.served or verdict.history_served:
+            verdict.differences = mismatch
+        elif verdict.escapes:  # what escaped is still there: the escape is the finding
+            verdict.escapes.append(f"and so the worlds end differently: {mismatch[0]}")
+        else:
+            verdict.differences = ["nothing was served, yet two real runs agree and this one does not:", *mismatch]
+    verdict.seconds = time.monotonic() - started
+    if scratch is not None and keep is not None and verdict.failed:
+        save(verdict, places, scratch, keep)
+    return verdict
+
+
+def save(verdict: Verdict, places: Places, scratch: Path, keep: Path) -> None:
+    """Keep a failing case: its description and findings, and the final tree of each world."""
+    target = keep / verdict.case.id
+    remove(target)
+    target.mkdir(parents=True)
+    for world in ("off", "on"):
+        if (scratch / world).exists():
+            (scratch / world).rename(target / world)
+    report = {"case": verdict.case.to_dict(), "root": str(places.root), "tmp": f"/tmp/{places.token}",
+              **{name: getattr(verdict, name) for name in ("served", "differences", "escapes", "crashes")}}
+    (target / "case.json").write_text(json.dumps(report, indent=2, default=repr))
+
+
+class Loopback(socketserver.ThreadingTCPServer):
+    """A server on 127.0.0.1 that answers `pong` (the environment-sensitive cases connect to it)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        class Pong(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                self.request.sendall(b"pong\n")
+
+        super().__init__(("127.0.0.1", 0), Pong)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+async def run_cases(cases: list[Case], base: Path, keep: Path | None = None,
+                    progress: bool = False) -> list[Verdict]:
+    """Judge every case at one place under `base` (HOME and the overlay state base set for the run)."""
+    saved = {name: os.environ.get(name) for name in ("HOME", "TAO_OVERLAY_DIR")}
+    server = Loopback()
+    places = Places(base, f"tao-fid-{os.getpid()}-{os.urandom(3).hex()}", server.server_address[1], Trash(base))
+    places.state.mkdir(parents=True, exist_ok=True)
+    os.environ["TAO_OVERLAY_DIR"] = str(places.state)
+    verdicts: list[Verdict] = []
+    try:
+        for index, case in enumerate(cases):
+            verdicts.append(await judge(case, places, keep))
+            if progress and (index + 1) % 100 == 0:
+                bad = sum(v.failed for v in verdicts)
+                print(f"fidelity: {index + 1}/{len(cases)} cases, {bad} failing", file=sys.stderr, flush=True)
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+        server.shutdown()
+        server.server_close()
+        clear(places)
+        if places.trash is not None:
+            places.trash.close()
+    return verdicts
+
+
+# -- the report -------------------------------------------------------------------------------------------
+
+
+def short_call(call: Call, limit: int = 160) -> str:
+    """`name {json arguments}`, cut to `limit` characters (control characters escaped)."""
+    try:
+        text = json.dumps(call_dict(call)["arguments"], ensure_ascii=True)
+    except (RecursionError, ValueError):
+        text = "<arguments too deeply nested to show>"
+    name = json.dumps(call.name, ensure_ascii=True)
+    return f"{name} {text}"[:limit]
+
+
+def example(verdict: Verdict, lines: list[str]) -> dict[str, Any]:
+    """One failing case, compactly: id, kind, how it was served, what differed, the calls."""
+    case = verdict.case
+    return {"case": case.id, "kind": case.kind, "label": case.label, "served": verdict.served, "what": lines[:4],
+            "candidate": short_call(case.candidate), "real": short_call(case.real),
+            "history": [short_call(s, 80) if isinstance(s, Call) else f"outside: append to {s.path}"
+                        for s in case.history]}
+
+
+CLASSES = ("differences", "escapes", "crashes", "unstable", "spec_errors")
+
+
+def report(verdicts: list[Verdict], seed: int, seconds: float) -> dict[str, Any]:
+    """The benchmark's JSON: counts, first examples, counts by kind and by failing label, the machine."""
+    by_kind: dict[str, Counter[str]] = {}
+    labels: dict[str, Counter[str]] = {}
+    examples: dict[str, list[dict[str, Any]]] = {name: [] for name in CLASSES}
+    for v in verdicts:
+        counts = by_kind.setdefault(v.case.kind, Counter())
+        counts["cases"] += 1
+        counts["promoted"] += v.served is not None
+        for name in CLASSES:
+            found = getattr(v, name)
+            counts[name] += bool(found)
+            if found:
+                labels.setdefault(f"{v.case.kind}/{v.case.label}", Counter())[name] += 1
+                if len(examples[name]) < EXAMPLES:
+                    examples[name].append(example(v, found))
+    total = sum(by_kind.values(), Counter())
+    return {"benchmark": "fidelity", "seed": seed, "cases": len(verdicts), "promoted": total["promoted"],
+            "repeats": sum(v.served == "repeat" for v in verdicts),
+            **{name: total[name] for name in CLASSES}, "examples": examples,
+            "by_kind": {kind: {name: by_kind[kind][name] for name in ("cases", "promoted", *CLASSES)}
+                        for kind in KINDS if kind in by_kind},
+            "failing_labels": {label: dict(c) for label, c in sorted(labels.items())},
+            "seconds": round(seconds, 1), "ms_per_case": round(1000 * seconds / max(1, len(verdicts)), 1),
+            "machine": {**machine(), "euid": os.geteuid()}}
+
+
+def table(result: dict[str, Any]) -> str:
+    """Counts by kind, then the failing labels."""
+    head = ("cases", "promoted", *CLASSES)
+    lines = [f"{'kind':<10}" + "".join(f"{h:>12}" for h in head)]
+    rows = [*result["by_kind"].items(), ("total", {h: result[h] for h in head})]
+    lines += [f"{kind:<10}" + "".join(f"{row[h]:>12}" for h in head) for kind, row in rows]
+    lines.append(f"{result['cases']} cases in {result['seconds']} s ({result['ms_per_case']} ms a case), "
+                 f"seed {result['seed']}")
+    lines += [f"  {label}: " + ", ".join(f"{n} {name}" for name, n in counts.items())
+              for label, counts in result["failing_labels"].items()]
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `tao bench fidelity`."""
+    try:
+        cases = ([case_by_id(args.seed, cid) for cid in args.case] if args.case
+                 else generate(args.seed, args.cases, args.only))
+    except ValueError as exc:
+        print(f"tao bench fidelity: {exc}", file=sys.stderr)
+        return 2
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tao"
+    cache.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="fidelity-", dir=cache))
+    keep = Path(args.keep).absolute() if args.keep else None
+    started = time.monotonic()
+    try:
+        verdicts = asyncio.run(run_cases(cases, base, keep, progress=True))
+    finally:
+        remove(base)
+    result = report(verdicts, args.seed, time.monotonic() - started)
+    emit(result, table, as_json=args.json)
+    return 1 if any(result[name] for name in ("differences", "escapes", "crashes")) else 0
+
+
+def register(bench_subparsers: argparse._SubParsersAction) -> None:
+    """Add `fidelity` to `tao bench`."""
+    parser = bench_subparsers.add_parser(
+        "fidelity", help="promoted speculation against the real run, byte for byte, over generated cases",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", type=int, default=2000, help="cases to generate (default 2000)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the generator (default 1)")
+    parser.add_argument("--only", choices=KINDS, help="generate cases of this kind only")
+    parser.add_argument("--case", action="append", metavar="ID",
+                        help="run only this case (e.g. near-miss-0042; repeatable); ids depend on the seed only")
+    parser.add_argument("--keep", metavar="DIR", help="save each failing case (description, both final trees) here")
+    parser.add_argument("--json", action="store_true", help="print the JSON result on stdout (table on stderr)")
+    parser.set_defaults(func=run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run without the `tao` CLI: python -m harness.bench.fidelity [options]."""
+    parser = argparse.ArgumentParser(prog="tao bench")
+    register(parser.add_subparsers(dest="bench", required=True))
+    args = parser.parse_args(["fidelity", *(sys.argv[1:] if argv is None else argv)])
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
