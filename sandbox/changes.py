@@ -130,9 +130,17 @@ class _OverlayDiff:
     def __init__(self, root: Path, upper: Path) -> None:
         self.root, self.upper = root, upper
         self.out: list[Change] = []
+        self.todo: list[tuple[str, Path | None, Path | None, Path | None]] = []  # directories still to diff
+        self.gone: list[tuple[str, Path]] = []  # deleted real directories whose contents are still to list
 
     def run(self) -> list[Change]:
+        """Walk with explicit stacks, so a tree of any depth is diffed without recursion."""
         self.dir(rel="", upper=self.upper, origin=self.root, real=self.root)
+        while self.todo or self.gone:
+            while self.todo:
+                self.dir(*self.todo.pop())
+            while self.gone:
+                self.deleted_below(*self.gone.pop())
         return sorted(self.out, key=lambda c: c.path)
 
     def layer(self, upper: Path | None) -> tuple[dict[str, Path], set[str], bool]:
@@ -188,17 +196,17 @@ class _OverlayDiff:
             if stat.S_IMODE(st.st_mode) != stat.S_IMODE(rst.st_mode):
                 self.out.append(Change(sub, ChangeKind.MODIFIED, "dir", node))
             if from_upper:
-                self.dir(sub, node, self.origin_of(node, parent_origin, sub), real)
+                self.todo.append((sub, node, self.origin_of(node, parent_origin, sub), real))
             else:
-                self.dir(sub, None, node, real)
+                self.todo.append((sub, None, node, real))
             return
         if kind_of(st) != kind_of(rst):
             self.out.append(Change(sub, ChangeKind.MODIFIED, kind_of(st), node))
             if stat.S_ISDIR(rst.st_mode):
-                self.deleted_below(sub, real)  # type: ignore[arg-type]
+                self.gone.append((sub, real))  # type: ignore[arg-type]
             if stat.S_ISDIR(st.st_mode):
-                self.dir(sub, node if from_upper else None,
-                         self.origin_of(node, parent_origin, sub) if from_upper else node, None)
+                self.todo.append((sub, node if from_upper else None,
+                                  self.origin_of(node, parent_origin, sub) if from_upper else node, None))
             return
         if not same_content(node, real, st, rst):  # type: ignore[arg-type]
             self.out.append(Change(sub, ChangeKind.MODIFIED, kind_of(st), node))
@@ -226,9 +234,9 @@ class _OverlayDiff:
         self.out.append(Change(sub, ChangeKind.CREATED, kind_of(st), node))
         if stat.S_ISDIR(st.st_mode):
             if from_upper:
-                self.dir(sub, node, self.origin_of(node, parent_origin, sub), None)
+                self.todo.append((sub, node, self.origin_of(node, parent_origin, sub), None))
             else:
-                self.dir(sub, None, node, None)
+                self.todo.append((sub, None, node, None))
 
     def deleted(self, sub: str, real: Path) -> None:
         """A real entry hidden by a whiteout or an opaque dir, with everything under it."""
@@ -237,10 +245,10 @@ class _OverlayDiff:
             return
         self.out.append(Change(sub, ChangeKind.DELETED, kind_of(st), None))
         if stat.S_ISDIR(st.st_mode):
-            self.deleted_below(sub, real)
+            self.gone.append((sub, real))
 
     def deleted_below(self, sub: str, real: Path) -> None:
-        """Everything under a deleted real directory."""
+        """Everything under a deleted real directory (its subdirectories are queued, not recursed into)."""
         for name in sorted(listdir(real)):
             self.deleted(join(sub, name), real / name)
 

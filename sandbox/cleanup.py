@@ -54,12 +54,16 @@ def _young(path: Path) -> bool:
 
 
 def sweep(base: Path | None = None) -> list[Leftover]:
-    """Remove every leftover under `base` (default: every candidate base); return what was removed."""
+    """Remove every leftover under `base` (default: every candidate base); return what was removed.
+
+    A leftover that cannot be removed is skipped (remove_tree logs why) and tried again by the next sweep."""
     removed: list[Leftover] = []
     for b in [base] if base is not None else candidate_bases():
-        for leftover in find_leftovers(b):
-            remove_tree(leftover.path)
-            removed.append(leftover)
+        try:
+            leftovers = find_leftovers(b)
+        except OSError:
+            continue  # an unreadable base holds nothing we could remove
+        removed.extend(leftover for leftover in leftovers if remove_tree(leftover.path))
     return removed
 
 

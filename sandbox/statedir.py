@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import json
 import os
+import logging
 import secrets
-import shutil
 import stat
-import sys
 import time
 from pathlib import Path
 
 OWNER_FILE = "owner.json"
+log = logging.getLogger(__name__)
 
 
 def candidate_bases() -> list[Path]:
@@ -134,29 +134,71 @@ def owner_alive(owner: dict[str, object]) -> bool:
     return started is not None and (owner.get("start_time") in (None, started))
 
 
-def remove_tree(path: Path) -> None:
-    """Delete a state dir, including overlayfs's mode-000 `work/work` and read-only copies."""
+def remove_tree(path: Path) -> bool:
+    """Delete a state dir at any depth (overlayfs's mode-000 `work/work` and read-only dirs included).
 
-    def fix(func: object, failed: str, _exc: object) -> None:
-        parent = os.path.dirname(failed)
-        for p in (parent, failed):
+    Never raises for a tree it cannot remove: it logs why and returns False, and the next sweep tries again.
+    """
+    try:
+        _remove(path)
+    except OSError as exc:
+        log.warning("could not remove overlay state %s (%s); it will be swept later", path, exc)
+        return False
+    return True
+
+
+def _remove(path: Path) -> None:
+    """Depth-first removal holding one directory descriptor at a time (no recursion, no long paths)."""
+    try:
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            os.unlink(path)
+            return
+    except FileNotFoundError:
+        return
+    names: list[str] = []  # from `path` down to the directory `fd` is open on
+    fd = _open_dir(str(path), None)
+    try:
+        while True:
+            sub = _unlink_all_but_a_dir(fd)
+            if sub is not None:
+                child = _open_dir(sub, fd)
+                os.close(fd)
+                fd = child
+                names.append(sub)
+                continue
+            if not names:
+                break
+            parent = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)
+
+
+def _open_dir(name: str, dir_fd: int | None) -> int:
+    """Open a directory without following a symlink, making it readable and writable for us first."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    except PermissionError:
+        os.chmod(name, stat.S_IRWXU, dir_fd=dir_fd)
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    mode = os.fstat(fd).st_mode
+    if mode & stat.S_IRWXU != stat.S_IRWXU:
+        os.fchmod(fd, stat.S_IMODE(mode) | stat.S_IRWXU)
+    return fd
+
+
+def _unlink_all_but_a_dir(fd: int) -> str | None:
+    """Unlink every non-directory in the directory `fd`; return a subdirectory's name, or None if none is left."""
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                return entry.name
             try:
-                st = os.lstat(p)
-                if stat.S_ISDIR(st.st_mode):
-                    os.chmod(p, st.st_mode | stat.S_IRWXU)
-            except OSError:
-                pass
-        if os.path.isdir(failed) and not os.path.islink(failed):
-            shutil.rmtree(failed, ignore_errors=True)
-        else:
-            try:
-                os.unlink(failed)
+                os.unlink(entry.name, dir_fd=fd)
             except FileNotFoundError:
                 pass
-
-    if not path.exists():
-        return
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=fix)
-    else:
-        shutil.rmtree(path, onerror=fix)
+    return None
