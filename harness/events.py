@@ -9,12 +9,18 @@ may differ between two runs of the same session (with and without speculation).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import math
 import os
+import types
+import typing
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, ClassVar
+
+from harness import jsonl
 
 SCHEMA_VERSION = 1
 
@@ -312,38 +318,83 @@ class UnknownEvent(Event):
 
 
 class EventDecodeError(ValueError):
-    """A trajectory line that is not a valid event."""
+    """A trajectory line that is not a valid event, or a trajectory file that cannot be read (the message
+    names the file and, for a line, its number)."""
 
 
-def from_dict(data: dict[str, Any]) -> Event:
-    """Rebuild an event from its JSON object; unknown types become UnknownEvent."""
-    kind = data.get("type")
-    if not isinstance(kind, str) or "t" not in data:
-        raise EventDecodeError(f"an event needs a string 'type' and a number 't', got keys {sorted(data)}")
+def from_dict(data: Any) -> Event:
+    """Rebuild an event from its JSON object; unknown types become UnknownEvent.
+
+    Every field of a known type must hold a value of its declared type (a number where a float is declared),
+    so that nothing downstream meets a list where it expects a string; EventDecodeError says which does not."""
+    if not isinstance(data, dict):
+        raise EventDecodeError(f"an event is a JSON object, not {_json_kind(data)}")
+    kind, t = data.get("type"), data.get("t")
+    if not isinstance(kind, str) or not _fits(t, float) or not math.isfinite(t):
+        raise EventDecodeError(f"an event needs a string 'type' and a finite number 't', got keys {sorted(data)}")
     cls = _TYPES.get(kind)
     if cls is None:
-        return UnknownEvent(t=float(data["t"]), raw=dict(data))
-    names = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {k: v for k, v in data.items() if k in names}
+        return UnknownEvent(t=float(t), raw=dict(data))
+    hints = _field_types(cls)
+    kwargs = {k: v for k, v in data.items() if k in hints}
+    wrong = [f"{name} ({_json_kind(value)})" for name, value in kwargs.items() if not _fits(value, hints[name])]
+    if wrong:
+        raise EventDecodeError(f"bad {kind} event: wrong type for {', '.join(wrong)}")
     try:
         return cls(**kwargs)
     except TypeError as exc:
         raise EventDecodeError(f"bad {kind} event: {exc}") from exc
 
 
+@functools.cache
+def _field_types(cls: type[Event]) -> dict[str, Any]:
+    """The declared type of each field of an event class."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls)}
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Whether a JSON value fits a field's declared type (an int fits float; a bool fits neither)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, arg) for arg in args)
+    if hint is float:  # NaN and infinities are floats too (Python writes them), but not ints past float's range
+        return isinstance(value, float) or _fits(value, int) and abs(value) < 2**1023
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if origin is list:
+        return isinstance(value, list) and (not args or all(_fits(item, args[0]) for item in value))
+    if origin is dict:
+        return isinstance(value, dict) and (not args or all(_fits(item, args[1]) for item in value.values()))
+    if hint is None or hint is type(None):
+        return value is None
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _json_kind(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
 def read_trajectory(path: str | os.PathLike[str]) -> list[Event]:
-    """Read a JSONL trajectory. A torn last line (a crash mid-write) is skipped; other bad lines raise."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    """Read a JSONL trajectory. A torn last line (a crash mid-write) is skipped; any other damage raises
+    EventDecodeError, which names the file and line (or says why the file cannot be read)."""
+    try:
+        lines = jsonl.split_lines(jsonl.read_regular(path))
+    except OSError as exc:
+        raise EventDecodeError(f"{path}: cannot read the trajectory ({jsonl.describe(exc)})") from None
     events: list[Event] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
+    for number, raw in lines:
+        if not raw.strip():
             continue
         try:
-            events.append(from_dict(json.loads(line)))
-        except (json.JSONDecodeError, EventDecodeError) as exc:
+            events.append(from_dict(jsonl.parse(raw)))
+        except ValueError as exc:  # DamagedJSON or EventDecodeError
             if number == len(lines):
                 break  # the event being written when the process died
-            raise EventDecodeError(f"{path}:{number}: {exc}") from exc
+            raise EventDecodeError(f"{path}:{number}: {exc}") from None
     return events
 
 
@@ -353,7 +404,8 @@ class TrajectoryWriter:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] = self.path.open("a", encoding="utf-8")
+        # backslashreplace writes a lone surrogate in a string as its JSON escape, which reads back the same
+        self._file: IO[str] = self.path.open("a", encoding="utf-8", errors="backslashreplace")
 
     def write(self, event: Event) -> None:
         self._file.write(event.to_json() + "\n")

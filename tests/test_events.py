@@ -69,3 +69,29 @@ def test_strip_timing_drops_only_timing_fields() -> None:
     stripped = list(ev.strip_timing(sample_events()))
     assert all("t" not in item for item in stripped)
     assert stripped[5]["output"] == "a.py:1:déf" and "duration" not in stripped[5]
+
+
+def test_fields_of_the_wrong_type_are_refused_with_the_field_named() -> None:
+    call = ev.ToolCall(0.5, 1, "call_1", "read_file", {"path": "a.py"}, "pure").to_dict()
+    assert ev.from_dict({**call, "t": 1}) == ev.ToolCall(1, 1, "call_1", "read_file", {"path": "a.py"}, "pure")
+    for field_name, value in (("arguments", ["a.py"]), ("name", 7), ("step", "1"), ("step", True), ("call_id", None)):
+        with pytest.raises(ev.EventDecodeError, match=f"wrong type for {field_name}"):
+            ev.from_dict({**call, field_name: value})
+    for t in (float("nan"), float("inf"), True, "0.5", 10**400):
+        with pytest.raises(ev.EventDecodeError, match="finite number 't'"):
+            ev.from_dict({**call, "t": t})
+    with pytest.raises(ev.EventDecodeError, match="not a list"):
+        ev.from_dict([call])  # type: ignore[arg-type]
+    spec = ev.SpecSummary(1.0, 1, 1, 0, 0, 0.5, 0.0, {"read": {"promoted": 1}}).to_dict()
+    with pytest.raises(ev.EventDecodeError, match="by_kind"):
+        ev.from_dict({**spec, "by_kind": {"read": {"promoted": "1"}}})
+
+
+def test_a_line_separator_inside_a_string_is_no_line_break(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    writer = ev.TrajectoryWriter(path)
+    events = [*sample_events()[:5], ev.ToolResult(0.6, 1, "call_1_0", "grep", "a\u2028b\x85c\rd\x1ce", False, 0)]
+    for event in events:
+        writer.write(event)
+    writer.close()
+    assert ev.read_trajectory(path) == events

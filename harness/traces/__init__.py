@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
+from harness import jsonl
 from harness.traces import claude_code, mini_swe_agent, swe_agent, tao
 from harness.traces.common import Imported, ImportReport, write_session
 
@@ -23,10 +24,9 @@ __all__ = ["FORMATS", "Imported", "ImportReport", "detect", "load_sessions", "tr
 
 
 def detect(path: Path) -> str | None:
-    """The format of one file, from its name and first 4 kB; None when it is none of FORMATS."""
+    """The format of one file, from its name and first 4 kB; None when it is none of FORMATS (or unreadable)."""
     try:
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            head = handle.read(4096)
+        head = jsonl.read_regular(path, head=4096).decode("utf-8", errors="replace").removeprefix("\ufeff")
     except OSError:
         return None
     for name in ("tao", "claude-code", "mini-swe-agent", "swe-agent"):
@@ -36,22 +36,39 @@ def detect(path: Path) -> str | None:
 
 
 def trajectory_files(src: Path) -> list[Path]:
-    """The files under `src` (or `src` itself) that may hold trajectories, in a stable order."""
-    if src.is_file():
+    """The files under `src` (or `src` itself) that may hold trajectories, in a stable order.
+
+    A path given by itself is kept whatever it is (the importer says why it cannot read it); in a folder, only
+    the names of trajectory files count, and of those what is no regular file is kept too, to be reported."""
+    if not src.is_dir():
         return [src]
-    return sorted(p for p in src.rglob("*") if p.is_file() and p.name.endswith(_SUFFIXES))
+    return sorted(p for p in src.rglob("*") if p.name.endswith(_SUFFIXES) and not p.is_dir())
 
 
 def load_sessions(src: Path, fmt: str | None = None, report: ImportReport | None = None) -> Iterator[Imported]:
-    """Every session found under `src`, as Tao events."""
+    """Every session found under `src`, as Tao events. A file that cannot be imported is skipped with a message in
+    `report`, and never stops the others."""
     report = report if report is not None else ImportReport()
     for path in trajectory_files(src):
+        if (problem := jsonl.problem(path)) is not None:
+            report.skip(str(path), problem)
+            continue
         name = fmt or detect(path)
         if name is None:
             if path.suffix != ".json" or path.name.endswith(".traj.json"):
                 report.skip(str(path), "not a known trajectory format")
             continue
-        for session in FORMATS[name].load(path, report):
-            report.sessions += 1
-            report.actions += sum(1 for e in session.events if e.type == "tool_call")
-            yield session
+        yield from _load_one(path, name, report)
+
+
+def _load_one(path: Path, name: str, report: ImportReport) -> list[Imported]:
+    """The sessions of one file; an importer's unforeseen failure skips the file (reported) instead of the import."""
+    try:
+        sessions = FORMATS[name].load(path, report)
+    except (Exception, RecursionError) as exc:  # noqa: BLE001 - one bad file must not stop a folder
+        report.failed(str(path), exc)
+        return []
+    for session in sessions:
+        report.sessions += 1
+        report.actions += sum(1 for e in session.events if e.type == "tool_call")
+    return sessions

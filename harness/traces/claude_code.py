@@ -18,7 +18,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness.traces.common import Imported, ImportReport, SessionBuilder
+from harness import jsonl
+from harness.traces.common import Imported, ImportReport, SessionBuilder, read_lines, string
 
 FORMAT = "claude-code"
 # Claude Code's file and shell tools, by the Tao names they are imported as (it has no run_tests).
@@ -45,21 +46,18 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
     """One session per `sessionId` in the file; damaged or unknown records are reported and skipped."""
     records: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     seen: set[str] = set()
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        report.skip(str(path), f"unreadable ({exc})")
-        return []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    lines = read_lines(path, report)
+    for number, line in lines or []:
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            report.skip(f"{path}:{number}", f"damaged JSON ({exc.msg})")
+            record = jsonl.parse(line)
+        except jsonl.DamagedJSON as exc:
+            report.skip(f"{path}:{number}", f"damaged JSON ({exc})")
             continue
         if not isinstance(record, dict):
             report.skip(f"{path}:{number}", "not a JSON object")
+            continue
+        if not isinstance(record.get("type"), (str, type(None))):
+            report.skip(f"{path}:{number}", "a record whose type is not a string")
             continue
         if record.get("type") in _QUIET_TYPES:
             continue
@@ -68,7 +66,7 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
             if uuid in seen:
                 continue
             seen.add(uuid)
-        session_id = str(record.get("sessionId") or path.stem)
+        session_id = string(record.get("sessionId")) or path.stem
         if record.get("isSidechain"):
             session_id += f"-agent-{record.get('agentId') or 'sidechain'}"
         records.setdefault(session_id, []).append((number, record))
@@ -78,15 +76,20 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
 def to_tao_call(name: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A Claude Code tool call as a Tao call (name, arguments)."""
     get = tool_input.get
+    if not _strings(tool_input, "command", "file_path", "pattern", "path", "glob", "type", "old_string",
+                    "new_string", "content"):
+        return name, dict(tool_input)  # not what Claude Code writes: kept as the foreign call it is
     if name == "Bash" and isinstance(get("command"), str):
         return "bash", {"command": get("command")}
     if name == "Read" and get("file_path"):
         start, limit = get("offset"), get("limit")
         if start is None and limit is None:
             return "read_file", {"path": get("file_path")}
-        first = int(start or 1)
+        first, count = _number(start or 1), _number(limit) if limit else None
+        if first is None or (limit and count is None):
+            return name, dict(tool_input)
         return "read_file", {"path": get("file_path"), "start_line": first,
-                             **({"end_line": first + int(limit) - 1} if limit else {})}
+                             **({"end_line": first + count - 1} if count else {})}
     if name == "Grep" and get("pattern"):
         pattern = f"(?i){get('pattern')}" if get("-i") else get("pattern")
         glob = get("glob") or (f"*.{get('type')}" if get("type") else None)
@@ -101,6 +104,22 @@ def to_tao_call(name: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, A
     return name, dict(tool_input)
 
 
+def _strings(tool_input: dict[str, Any], *keys: str) -> bool:
+    """Whether each of `keys` the input has is a string, as Claude Code writes them."""
+    return all(isinstance(tool_input[key], str) for key in keys if tool_input.get(key) is not None)
+
+
+def _number(value: Any) -> int | None:
+    """A line number or count as Claude Code writes it (an int, or digits); None for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
 def _session(session_id: str, records: list[tuple[int, dict[str, Any]]], path: Path,
              report: ImportReport) -> Imported | None:
     turns, results, task, cwd, t0 = [], {}, "", "", None
@@ -108,7 +127,7 @@ def _session(session_id: str, records: list[tuple[int, dict[str, Any]]], path: P
         kind, message = record.get("type"), record.get("message")
         t = _time(record.get("timestamp"))
         t0 = t if t0 is None and t is not None else t0
-        cwd = cwd or str(record.get("cwd") or "")
+        cwd = cwd or string(record.get("cwd"))
         rel = t - t0 if t is not None and t0 is not None else None
         if kind not in ("user", "assistant") or not isinstance(message, dict):
             report.skip(f"{path}:{number}", f"unknown record type {kind!r}")
@@ -153,7 +172,7 @@ def _add_assistant(turn: _Turn, items: list[Any], t: float | None) -> None:
 def _emit(builder: SessionBuilder, turn: _Turn, results: dict[str, tuple[str, bool, float | None]], where: str,
           report: ImportReport) -> None:
     native = [{"id": u.get("id"), "type": "function",
-               "function": {"name": u.get("name"), "arguments": json.dumps(u.get("input"))}} for u in turn.uses]
+               "function": {"name": string(u.get("name")), "arguments": json.dumps(u.get("input"))}} for u in turn.uses]
     builder.turn(turn.thinking + turn.text, turn.t, native or None)
     for use in turn.uses:
         name, arguments = to_tao_call(str(use.get("name") or ""), use["input"])
@@ -185,5 +204,5 @@ def _time(stamp: Any) -> float | None:
         return None
     try:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
+    except (ValueError, OverflowError, OSError):  # not a time, or one the platform cannot place
         return None

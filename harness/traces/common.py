@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import jsonl
 from harness.events import (Event, FormatError, LLMEnd, LLMFirstToken, LLMStart, SessionEnd, SessionStart, ToolCall,
                             ToolResult)
 from harness.speculation.action import TOOL_EFFECTS, changes_workspace
@@ -16,15 +18,77 @@ TAO_TOOLS = ["bash", "edit_file", "finish", "grep", "list_files", "outline", "re
 
 @dataclass
 class ImportReport:
-    """Sessions imported and records skipped (unknown or damaged), each with where and why."""
+    """Sessions imported and records skipped (unknown or damaged), each with where and why.
+
+    `errors` lists files an importer failed on in a way it did not foresee (a bug, caught so that the other
+    files are still imported); each is in `skipped` too."""
 
     sessions: int = 0
     actions: int = 0
     skipped: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
     def skip(self, where: str, why: str) -> None:
         """Record a skipped record: where it was and why it was skipped."""
         self.skipped.append(f"{where}: {why}")
+
+    def failed(self, where: str, exc: BaseException) -> None:
+        """Record a file an importer failed on unexpectedly: skipped, and kept in `errors` to be reported."""
+        error = f"{type(exc).__name__}: {exc}"
+        self.errors.append(f"{where}: {error}")
+        self.skip(where, f"the importer failed on it ({error}); please report this with the file")
+
+
+def read_object(path: Path, report: ImportReport, what: str) -> dict[str, Any] | None:
+    """The JSON object a whole file holds; None (and a skip that says why) when it is unreadable, not JSON, or
+    JSON but no object (then it is no `what`)."""
+    try:
+        data = jsonl.parse(jsonl.read_regular(path))
+    except OSError as exc:
+        report.skip(str(path), f"unreadable ({jsonl.describe(exc)})")
+        return None
+    except jsonl.DamagedJSON as exc:
+        report.skip(str(path), f"not a JSON file: {exc}")
+        return None
+    if not isinstance(data, dict):
+        report.skip(str(path), f"JSON but not an object: not {what}")
+        return None
+    return data
+
+
+def read_lines(path: Path, report: ImportReport) -> list[tuple[int, bytes]] | None:
+    """The non-blank lines of a JSONL file, numbered; None (and a skip that says why) when it is unreadable."""
+    try:
+        return [(number, line) for number, line in jsonl.split_lines(jsonl.read_regular(path)) if line.strip()]
+    except OSError as exc:
+        report.skip(str(path), f"unreadable ({jsonl.describe(exc)})")
+        return None
+
+
+def seconds(value: Any) -> float | None:
+    """A time or duration in seconds when `value` is a finite number (not a bool), else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def obj(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one: a field of the wrong type counts as absent."""
+    return value if isinstance(value, dict) else {}
+
+
+def objects(value: Any) -> list[dict[str, Any]]:
+    """The objects of a JSON list (other items and any non-list value count as absent)."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def string(value: Any) -> str:
+    """`value` if it is a string, else empty."""
+    return value if isinstance(value, str) else ""
 
 
 @dataclass
@@ -55,7 +119,8 @@ class SessionBuilder:
         self._open: dict[str, ToolCall] = {}
 
     def at(self, t: float | None) -> float:
-        """Advance the clock to `t` (never backwards); None keeps it."""
+        """Advance the clock to `t` (never backwards); None (or a time that is no finite number) keeps it."""
+        t = seconds(t)
         if t is not None and t > self.t:
             self.t = round(t, 6)
         return self.t
@@ -87,7 +152,8 @@ class SessionBuilder:
         call = self._open.pop(call_id)
         if changes_workspace(canonical(call.name, call.arguments, self.repo)):
             self.version += 1
-        self.at(t if t is not None else self.t + duration)
+        duration = seconds(duration) or 0.0
+        self.at(t if seconds(t) is not None else self.t + duration)
         self.events.append(ToolResult(self.t, call.step, call_id, call.name, output, is_error, exit_code, truncated,
                                       self.version, round(duration, 6)))
 
@@ -104,7 +170,9 @@ class SessionBuilder:
 def write_session(session: Imported, out_dir: Path) -> Path:
     """Write one imported session as `<out_dir>/<session_id>.jsonl` (replacing an older import)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in session.session_id) or "session"
+    safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in session.session_id[:120]) or "session"
     path = out_dir / f"{safe}.jsonl"
-    path.write_text("".join(event.to_json() + "\n" for event in session.events), encoding="utf-8")
+    # backslashreplace writes a lone surrogate (from a "\\ud800" escape in the source) as the same JSON escape
+    path.write_text("".join(event.to_json() + "\n" for event in session.events), encoding="utf-8",
+                    errors="backslashreplace")
     return path

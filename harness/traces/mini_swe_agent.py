@@ -15,16 +15,15 @@ on both gives model and tool times.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from harness.traces.common import Imported, ImportReport, SessionBuilder
+from harness.traces.common import Imported, ImportReport, SessionBuilder, obj, objects, read_object, seconds, string
 
 FORMAT = "mini-swe-agent"
 _ACTION = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
-_RETURNCODE = re.compile(r"<returncode>(-?\d+)</returncode>")
+_RETURNCODE = re.compile(r"<returncode>(-?[0-9]{1,20})</returncode>")
 _SUBMIT = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINAL_OUTPUT")
 _TASK = re.compile(r"<pr_description>\s*(?:Consider the following PR description:\s*)?(.*?)\s*</pr_description>",
                    re.DOTALL)
@@ -37,19 +36,17 @@ def sniff(path: Path, head: str) -> bool:
 
 def load(path: Path, report: ImportReport) -> list[Imported]:
     """The one session of a mini-swe-agent trajectory file (none if it is unreadable)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        report.skip(str(path), f"not a JSON file ({exc})")
+    data = read_object(path, report, "a mini-swe-agent trajectory")
+    if data is None:
         return []
-    if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+    if not isinstance(data.get("messages"), list):
         report.skip(str(path), "no 'messages' list: not a mini-swe-agent trajectory")
         return []
-    info = data.get("info") if isinstance(data.get("info"), dict) else {}
-    environment = ((info.get("config") or {}).get("environment") or {}) if isinstance(info.get("config"), dict) else {}
-    messages = [m for m in data["messages"] if isinstance(m, dict)]
-    session_id = str(data.get("instance_id") or path.name.removesuffix(".traj.json"))
-    builder = SessionBuilder(session_id, _task(messages), str(environment.get("cwd") or ""), FORMAT,
+    info = obj(data.get("info"))
+    environment = obj(obj(info.get("config")).get("environment"))
+    messages = objects(data["messages"])
+    session_id = _name(data.get("instance_id")) or path.name.removesuffix(".traj.json")
+    builder = SessionBuilder(session_id, _task(messages), string(environment.get("cwd")), FORMAT,
                              config={"instance_id": data.get("instance_id")})
     if any(isinstance(_extra(m).get("actions"), list) for m in messages):
         submitted = _replay_actions(messages, builder, f"{path}", report)
@@ -96,13 +93,12 @@ def _replay(messages: list[dict[str, Any]], builder: SessionBuilder, t0: float |
 def _replay_actions(messages: list[dict[str, Any]], builder: SessionBuilder, where: str,
                     report: ImportReport) -> str | None:
     """Version 2: emit each model turn's parsed actions and the observations that answer them."""
-    stamps = [_extra(m).get("timestamp") for m in messages]
-    t0 = min((float(t) for t in stamps if isinstance(t, (int, float))), default=None)
+    stamps = [seconds(_extra(m).get("timestamp")) for m in messages]
+    t0 = min((t for t in stamps if t is not None), default=None)
     pending: list[tuple[str, str | None]] = []  # (Tao call id, the model's tool call id)
     for number, message in enumerate(messages, 1):
         extra = _extra(message)
-        at = float(extra["timestamp"]) - t0 if t0 is not None and isinstance(extra.get("timestamp"), (int, float)) \
-            else None
+        at = stamps[number - 1] - t0 if t0 is not None and stamps[number - 1] is not None else None
         actions = extra.get("actions")
         if isinstance(actions, list):
             _answer_missing(pending, builder, f"{where}: message {number}", report)
@@ -131,6 +127,11 @@ def _replay_actions(messages: list[dict[str, Any]], builder: SessionBuilder, whe
     return None
 
 
+def _name(value: Any) -> str:
+    """An instance id as the file gives it (a string or a number); empty for anything else."""
+    return str(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else ""
+
+
 def _answer_missing(pending: list[tuple[str, str | None]], builder: SessionBuilder, where: str,
                     report: ImportReport) -> None:
     for call_id, _ in pending:
@@ -152,10 +153,10 @@ def _reasoning(message: dict[str, Any]) -> str:
     """The words of a version 2 model turn: chat content and reasoning, or a Responses API object's
     reasoning summaries and output text."""
     parts = [str(message.get("reasoning_content") or ""), _content(message)]
-    for item in message.get("output") or []:
-        if isinstance(item, dict) and item.get("type") == "reasoning":
-            parts += [str(s.get("text") or "") for s in item.get("summary") or [] if isinstance(s, dict)]
-        elif isinstance(item, dict) and item.get("type") == "message":
+    for item in objects(message.get("output")):
+        if item.get("type") == "reasoning":
+            parts += [str(s.get("text") or "") for s in objects(item.get("summary"))]
+        elif item.get("type") == "message":
             parts.append(_content(item))
     return "\n\n".join(part for part in parts if part)
 
@@ -175,7 +176,7 @@ def parse_observation(text: str) -> tuple[str, int | None, int]:
         return full.group(1), code, 0
     head = re.search(r"<output_head>\n?(.*?)</output_head>", text, re.DOTALL)
     tail = re.search(r"<output_tail>\n?(.*?)</output_tail>", text, re.DOTALL)
-    elided = re.search(r"<elided_chars>\s*(\d+)", text)
+    elided = re.search(r"<elided_chars>\s*([0-9]{1,20})", text)
     if head or tail:
         cut = int(elided.group(1)) if elided else 0
         note = f"\n[... {cut} characters elided ...]\n"
@@ -193,7 +194,7 @@ def _task(messages: list[dict[str, Any]]) -> str:
 def _content(message: dict[str, Any] | None) -> str:
     content = (message or {}).get("content", "")
     if isinstance(content, list):  # content parts
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return "".join(string(part.get("text", "")) for part in content if isinstance(part, dict))
     return content if isinstance(content, str) else str(content)
 
 
@@ -204,14 +205,13 @@ def _response(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _first_created(messages: list[dict[str, Any]]) -> float | None:
-    stamps = [_response(m).get("created") for m in messages if m.get("role") == "assistant"]
-    stamps = [s for s in stamps if isinstance(s, (int, float))]
-    return float(min(stamps)) if stamps else None
+    stamps = [seconds(_response(m).get("created")) for m in messages if m.get("role") == "assistant"]
+    return min((s for s in stamps if s is not None), default=None)
 
 
 def _created(message: dict[str, Any], t0: float | None) -> float | None:
-    stamp = _response(message).get("created")
-    return float(stamp) - t0 if t0 is not None and isinstance(stamp, (int, float)) else None
+    stamp = seconds(_response(message).get("created"))
+    return stamp - t0 if t0 is not None and stamp is not None else None
 
 
 def _usage(message: dict[str, Any]) -> int:

@@ -10,16 +10,16 @@ bash stays `bash`. `execution_time`, where present, is the call's duration.
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from pathlib import Path
 from typing import Any
 
-from harness.traces.common import Imported, ImportReport, SessionBuilder
+from harness import jsonl
+from harness.traces.common import Imported, ImportReport, SessionBuilder, obj, objects, read_object, seconds, string
 
 FORMAT = "swe-agent"
-_FILE_HEADER = re.compile(r"\[File: (.+?) \((\d+) lines total\)\]")
+_FILE_HEADER = re.compile(r"\[File: (.+?) \(([0-9]{1,18}) lines total\)\]")
 _EDITOR = {"edit", "insert", "append", "goto", "scroll_up", "scroll_down", "find_file", "search_file",
            "search_dir", "filemap", "str_replace_editor", "open", "create", "submit", "exit_forfeit"}
 _DIRECTORY_VIEW = "Here's the files and directories up to 2 levels deep"  # the editor's view of a folder
@@ -33,16 +33,11 @@ def sniff(path: Path, head: str) -> bool:
 
 def load(path: Path, report: ImportReport) -> list[Imported]:
     """The one session of a SWE-agent .traj file (none if it is unreadable)."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        report.skip(str(path), f"not a JSON file ({exc})")
+    data = read_object(path, report, "a SWE-agent trajectory")
+    if data is None:
         return []
-    if not isinstance(data, dict):
-        report.skip(str(path), "not a SWE-agent trajectory object")
-        return []
-    history = [m for m in data.get("history") or [] if isinstance(m, dict)]
-    steps = [s for s in data.get("trajectory") or [] if isinstance(s, dict)]
+    history = objects(data.get("history"))
+    steps = objects(data.get("trajectory"))
     if not steps:
         steps = _steps_from_history(history)
     if not steps:
@@ -51,7 +46,7 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
     repo = next((m.group(1) for s in steps if (m := _WORKDIR.search(str(s.get("state") or "")))), "")
     session_id = path.name.removesuffix(".traj")
     builder = SessionBuilder(session_id, _task(history), repo, FORMAT)
-    info = data.get("info") if isinstance(data.get("info"), dict) else {}
+    info = obj(data.get("info"))
     finished = False
     for number, step in enumerate(steps, 1):
         action, thought = step.get("action"), step.get("response") or step.get("thought") or ""
@@ -99,7 +94,7 @@ def to_tao_call(action: str, observation: str = "") -> tuple[str, dict[str, Any]
 def _open_args(argv: list[str], observation: str) -> dict[str, Any]:
     header = _FILE_HEADER.search(observation)
     total = int(header.group(2)) if header else None
-    line = int(argv[2]) if len(argv) > 2 and argv[2].isdigit() else None
+    line = int(argv[2]) if len(argv) > 2 and _digits(argv[2]) else None
     if line is None and total is not None and total <= 100:
         return {"path": argv[1]}
     start = max(1, (line or 1) - 50) if line else 1
@@ -114,13 +109,13 @@ def _editor_call(argv: list[str]) -> tuple[str, dict[str, Any]] | None:
     command, path, options = argv[1], argv[2], _options(argv[3:])
     if command == "view":
         span = options.get("view_range", [])
-        if len(span) == 2 and all(s.lstrip("-").isdigit() for s in span):
+        if len(span) == 2 and all(_digits(s.removeprefix("-")) for s in span):
             end = int(span[1])
             return "read_file", {"path": path, "start_line": int(span[0]), **({"end_line": end} if end > 0 else {})}
         return "read_file", {"path": path}
-    if command == "create" and "file_text" in options:
+    if command == "create" and options.get("file_text"):
         return "write_file", {"path": path, "content": options["file_text"][0]}
-    if command == "str_replace" and "old_str" in options:
+    if command == "str_replace" and options.get("old_str"):
         return "edit_file", {"path": path, "old": options["old_str"][0], "new": (options.get("new_str") or [""])[0]}
     return None
 
@@ -144,10 +139,10 @@ def _steps_from_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if message.get("role") != "assistant":
             continue
         action = message.get("action")
-        calls = message.get("tool_calls") or []
+        calls = objects(message.get("tool_calls"))
         if not action and calls:
-            action = _function_as_command(calls[0].get("function") or {})
-        following = history[index + 1] if index + 1 < len(history) else {}
+            action = _function_as_command(obj(calls[0].get("function")))
+        following = history[index + 1] if index + 1 < len(history) else {}  # objects only (see load)
         observation = following.get("content") if following.get("role") in ("tool", "user") else ""
         steps.append({"action": action, "response": message.get("content") or message.get("thought") or "",
                       "observation": _text(observation)})
@@ -156,9 +151,10 @@ def _steps_from_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _function_as_command(function: dict[str, Any]) -> str:
     name = str(function.get("name") or "")
+    arguments = function.get("arguments") or "{}"
     try:
-        args = json.loads(function.get("arguments") or "{}")
-    except json.JSONDecodeError:
+        args = jsonl.parse(arguments) if isinstance(arguments, str) else arguments
+    except jsonl.DamagedJSON:
         args = {}
     if name == "bash" and isinstance(args, dict):
         return str(args.get("command", ""))
@@ -181,12 +177,17 @@ def _task(history: list[dict[str, Any]]) -> str:
 
 def _text(content: Any) -> str:
     if isinstance(content, list):
-        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+        return "".join(string(part.get("text", "")) for part in content if isinstance(part, dict))
     return content if isinstance(content, str) else ""
+
+
+def _digits(word: str) -> bool:
+    """Whether a word is a plain number (ASCII digits only: `int` refuses others, like "²")."""
+    return word.isascii() and word.isdigit() and len(word) <= 18
 
 
 def _seconds(value: Any) -> float:
     try:
-        return max(0.0, float(value))
-    except (TypeError, ValueError):
+        return max(0.0, seconds(float(value)) or 0.0)
+    except (TypeError, ValueError, OverflowError):
         return 0.0

@@ -6,8 +6,9 @@ import json
 import re
 from pathlib import Path
 
-from harness.events import Event, EventDecodeError, SessionStart, UnknownEvent, from_dict
-from harness.traces.common import Imported, ImportReport
+from harness import jsonl
+from harness.events import Event, SessionStart, UnknownEvent, from_dict
+from harness.traces.common import Imported, ImportReport, read_lines
 
 FORMAT = "tao"
 _START = re.compile(r'^\{"type":\s*"[a-z_]+",\s*"t":\s*-?\d')
@@ -21,23 +22,21 @@ def sniff(path: Path, head: str) -> bool:
         first = json.loads(head.split("\n", 1)[0])
     except json.JSONDecodeError:  # a first line longer than the head: Tao writes `type` then `t` first
         return bool(_START.match(head))
+    except (ValueError, RecursionError):  # nested too deeply to be an event
+        return False
     return isinstance(first, dict) and isinstance(first.get("type"), str) and isinstance(first.get("t"), (int, float))
 
 
 def load(path: Path, report: ImportReport) -> list[Imported]:
     """The session of a Tao trajectory; unknown event types are kept, damaged lines skipped."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        report.skip(str(path), f"unreadable ({exc})")
+    lines = read_lines(path, report)
+    if lines is None:
         return []
     events: list[Event] = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for number, line in lines:
         try:
-            event = from_dict(json.loads(line))
-        except (json.JSONDecodeError, EventDecodeError, TypeError, ValueError) as exc:
+            event = from_dict(jsonl.parse(line))
+        except ValueError as exc:  # DamagedJSON or EventDecodeError
             report.skip(f"{path}:{number}", f"damaged event ({exc})")
             continue
         if isinstance(event, UnknownEvent):
