@@ -5,6 +5,11 @@ A `TreeWatcher` answers one question cheaply: has anything under the root change
 inotify is unavailable or its watch limit is reached, it compares a stat snapshot of the tree
 (path, type, mode, size, mtime, ctime, inode), which costs one stat per entry.
 
+inotify does not report a write made through another path to the same inode (a hard link from outside
+the tree), so the watcher also keeps the regular files with more than one link and compares their stat
+on each check (one stat each). A link made from outside to a file that had a single link is not reported
+either: that file is kept from the next change to it that inotify does see.
+
 `.git/objects` is never watched: objects change only together with refs or the index, which are.
 """
 
@@ -13,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 import struct
 from pathlib import Path
 
@@ -26,6 +32,14 @@ WATCH_MASK = (IN_MODIFY | IN_ATTRIB | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | 
 CHANGE_EVENTS = WATCH_MASK & 0xFFF
 EVENT_HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 SKIPPED = (".git/objects",)
+
+
+Signature = tuple[int, int, int, int, int]  # inode, links, size, mtime, ctime
+
+
+def signature(st: os.stat_result) -> Signature:
+    """The stat fields that change when a file's content or links do."""
+    return st.st_ino, st.st_nlink, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def skipped(rel: str) -> bool:
@@ -72,6 +86,7 @@ class _Inotify:
         if self.fd < 0:
             raise WatchUnavailable(ctypes.get_errno(), "inotify_init1 failed")
         self.dirs: dict[int, str] = {}
+        self.linked: dict[str, Signature] = {}  # regular files with other hard links, watched by stat
         try:
             self.add_tree("")
         except BaseException:
@@ -97,12 +112,40 @@ class _Inotify:
                         sub = f"{rel}/{entry.name}" if rel else entry.name
                         if entry.is_dir(follow_symlinks=False) and not skipped(sub):
                             stack.append(sub)
+                        elif entry.is_file(follow_symlinks=False):
+                            self.note(sub)
             except OSError:
                 continue
 
-    def drain(self) -> bool:
-        """Read every queued event, watch new directories, and say whether anything changed."""
+    def note(self, rel: str) -> None:
+        """Keep `rel` among the linked files if it is a regular file with more than one link, else drop it."""
+        try:
+            st = os.lstat(self.root / rel)
+        except OSError:
+            self.linked.pop(rel, None)
+            return
+        if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+            self.linked[rel] = signature(st)
+        else:
+            self.linked.pop(rel, None)
+
+    def forget(self, rel: str) -> None:
+        """Drop `rel` and everything under it from the linked files (it was deleted or moved away)."""
+        for path in [p for p in self.linked if p == rel or p.startswith(rel + "/")]:
+            del self.linked[path]
+
+    def links_changed(self) -> bool:
+        """Whether a linked file changed (through any of its names) since the last check."""
         changed = False
+        for rel, old in list(self.linked.items()):
+            self.note(rel)
+            changed = changed or self.linked.get(rel) != old
+        return changed
+
+    def drain(self) -> bool:
+        """Read every queued event, watch new directories, and say whether anything changed
+        (hard-linked files included)."""
+        changed = self.links_changed()
         while True:
             try:
                 data = os.read(self.fd, 1 << 16)
@@ -126,14 +169,21 @@ class _Inotify:
                 if skipped(rel) or not mask & CHANGE_EVENTS:
                     continue
                 changed = True
-                if mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO):
+                if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
+                    continue  # its parent's event names it (a moved dir's watch already has its new name)
+                if mask & (IN_DELETE | IN_MOVED_FROM):
+                    self.forget(rel)
+                elif mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO):
                     self.add_tree(rel)
+                elif not mask & IN_ISDIR:
+                    self.note(rel)
 
     def rewatch(self) -> None:
         """Start over after the kernel dropped events (queue overflow)."""
         for wd in list(self.dirs):
             self.libc.inotify_rm_watch(self.fd, wd)
         self.dirs.clear()
+        self.linked.clear()
         while True:
             try:
                 os.read(self.fd, 1 << 16)
