@@ -8,6 +8,7 @@ the user's projects, which is what the next session will look like.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,18 +23,25 @@ PAST_SECONDS = 1.0  # at most this long at the start of a session (about 30 ms a
 def past_sessions(directory: Path, limit: int = PAST_SESSIONS) -> Iterator[list[Event]]:
     """The events of the newest `limit` Tao trajectories under `directory` that made a call, newest first.
 
-    Read lazily, so a caller that stops early reads no more; damaged lines and unreadable files are skipped."""
+    Read lazily, so a caller that stops early reads no more. Damaged lines, damaged or unreadable files and
+    what is no regular file are skipped without a word: a new session must start whatever the folder holds."""
     if limit <= 0 or not directory.is_dir():
         return
     dated = []
     for path in directory.glob("*.jsonl"):
         try:
-            dated.append((path.stat().st_mtime, path))
+            info = path.stat()
         except OSError:
-            continue  # removed while we looked
+            continue  # removed while we looked, or a broken link
+        if stat.S_ISREG(info.st_mode):
+            dated.append((info.st_mtime, path))
     taken = 0
     for _, path in sorted(dated, reverse=True):
-        for imported in tao.load(path, ImportReport()):
+        try:
+            sessions = tao.load(path, ImportReport())
+        except Exception:  # noqa: BLE001 - what the importer did not foresee must not stop `tao run` either
+            continue
+        for imported in sessions:
             if taken < limit and any(isinstance(event, ToolCall) for event in imported.events):
                 taken += 1
                 yield imported.events
