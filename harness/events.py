@@ -379,33 +379,56 @@ def _json_kind(value: Any) -> str:
 
 
 def read_trajectory(path: str | os.PathLike[str]) -> list[Event]:
-    """Read a JSONL trajectory. A torn last line (a crash mid-write) is skipped; any other damage raises
-    EventDecodeError, which names the file and line (or says why the file cannot be read)."""
+    """Read a JSONL trajectory; EventDecodeError names the file and line of any damage.
+
+    A torn line (a crash mid-write) is skipped when it is the last line, or when the next event opens a session
+    (`session_start` or `session_resume`): TrajectoryWriter starts a reopened file on a fresh line, so that a
+    resumed session appends after the torn line instead of gluing its first event to it."""
     try:
         lines = jsonl.split_lines(jsonl.read_regular(path))
     except OSError as exc:
         raise EventDecodeError(f"{path}: cannot read the trajectory ({jsonl.describe(exc)})") from None
     events: list[Event] = []
+    pending: tuple[int, str] | None = None  # a torn line, skipped if a session opening comes next
     for number, raw in lines:
         if not raw.strip():
             continue
         try:
-            events.append(from_dict(jsonl.parse(raw)))
+            event = from_dict(jsonl.parse(raw))
         except ValueError as exc:  # DamagedJSON or EventDecodeError
-            if number == len(lines):
-                break  # the event being written when the process died
+            if pending is None and _torn(raw):
+                pending = (number, str(exc))
+                continue
             raise EventDecodeError(f"{path}:{number}: {exc}") from None
+        if pending is not None and event.type not in ("session_start", "session_resume"):
+            raise EventDecodeError(f"{path}:{pending[0]}: {pending[1]}")
+        pending = None
+        events.append(event)
     return events
 
 
+def _torn(raw: bytes) -> bool:
+    """Whether a bad line looks cut short by a crash: truncated JSON, or UTF-8 cut in its last character."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.reason == "unexpected end of data" and exc.end == len(raw)
+    return jsonl.torn(text)
+
+
 class TrajectoryWriter:
-    """Appends events to a JSONL file, flushing each one so a crash loses at most the event in flight."""
+    """Appends events to a JSONL file, flushing each one so a crash loses at most the event in flight.
+
+    A reopened file whose last line was torn by a crash is continued on a fresh line (see read_trajectory)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # backslashreplace writes a lone surrogate in a string as its JSON escape, which reads back the same
         self._file: IO[str] = self.path.open("a", encoding="utf-8", errors="backslashreplace")
+        if self._file.tell() > 0 and not _ends_with_newline(self.path):
+            self._file.write("\n")
+            self._file.flush()
 
     def write(self, event: Event) -> None:
         self._file.write(event.to_json() + "\n")
@@ -415,6 +438,12 @@ class TrajectoryWriter:
         if not self._file.closed:
             os.fsync(self._file.fileno())
             self._file.close()
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with path.open("rb") as handle:
+        handle.seek(-1, os.SEEK_END)
+        return handle.read(1) == b"\n"
 
 
 def strip_timing(events: Iterable[Event]) -> Iterator[dict[str, Any]]:

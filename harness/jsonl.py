@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from typing import Any
 
@@ -117,13 +118,24 @@ def depth(value: Any) -> int:
     return deepest
 
 
+# What may be left of a token cut at the end of a line: a number, a word, or a \uXXXX escape (and a second one)
+_NUMBER = re.compile(r"-?[0-9]*\.?[0-9]*(?:[eE][-+]?[0-9]*)?")
+_ESCAPE = re.compile(r"u[0-9a-fA-F]{0,4}(?:\\(?:u[0-9a-fA-F]{0,4})?)?")
+_WORDS = ("true", "false", "null", "NaN", "Infinity", "-Infinity")
+
+
 def torn(text: str) -> bool:
-    """Whether a JSON line that does not parse looks cut short (a crash mid-write): the parser ran out of text,
-    in an unfinished string or within the last few characters."""
+    """Whether a JSON text that does not parse was cut short (a crash mid-write): the parser stopped in an
+    unfinished string, or at a token that runs to the end of the text and could still be completed."""
     try:
         json.loads(text)
     except json.JSONDecodeError as exc:
-        return exc.msg.startswith("Unterminated string") or exc.pos >= len(text.rstrip()) - 6
+        if exc.msg.startswith("Unterminated string"):
+            return True
+        rest = text[exc.pos:].rstrip()
+        if exc.msg.startswith("Invalid \\uXXXX escape"):
+            return bool(_ESCAPE.fullmatch(rest))
+        return not rest or any(word.startswith(rest) for word in _WORDS) or bool(_NUMBER.fullmatch(rest))
     except (ValueError, RecursionError):
         return False
     return False

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness import events as ev
+from harness.interactive import SessionOptions, open_session
+from tests.test_tui_support import TASK, call, isolated, session_options  # noqa: F401 - isolated is a fixture
 
 
 def sample_events() -> list[ev.Event]:
@@ -95,3 +99,74 @@ def test_a_line_separator_inside_a_string_is_no_line_break(tmp_path: Path) -> No
         writer.write(event)
     writer.close()
     assert ev.read_trajectory(path) == events
+
+
+async def wait_for(done: Callable[[], bool], what: str, seconds: float = 300.0) -> None:
+    """Poll until `done()` holds (generous: the machine may be busy); fail saying `what` was awaited."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not done():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"waited {seconds:.0f} s for {what}")
+        await asyncio.sleep(0.02)
+
+
+async def run_saved(options: SessionOptions, path: Path, resume: bool) -> list[ev.Event]:
+    """A session through the path the TUI takes (new, or resumed from `path`): one turn, then stopped."""
+    events: list[ev.Event] = []
+    async with open_session(options, task="" if resume else TASK, resume=path if resume else None,
+                            sinks=[events.append]) as live:
+        running = asyncio.create_task(live.session.run())
+        if resume:
+            await wait_for(lambda: any(e.type == "session_resume" for e in events), "the resumed session")
+            live.session.send("once more")
+        await wait_for(lambda: any(e.type == "turn_end" for e in events), "the turn's end")
+        live.session.stop()
+        await running
+    return events
+
+
+def tear(path: Path, inside: bytes = b"") -> None:
+    """Cut the file's last line short, as a crash mid-write does (inside a multi-byte `inside` if given)."""
+    data = path.read_bytes()
+    last = data.rstrip(b"\n").rfind(b"\n") + 1
+    at = data.index(inside, last) + 1 if inside else last + (len(data) - last) // 2
+    path.write_bytes(data[:at])
+
+
+async def test_a_torn_last_line_stays_resumable(isolated: Path) -> None:
+    finish = call("finish", "Done.", summary="fini, café")  # the session_end line holds a two-byte character
+    options = session_options(isolated, [call("grep", "Looking.", pattern="def add"), finish])
+    path = options.trajectory
+    first = await run_saved(options, path, resume=False)
+    tear(path)  # the session_end line is lost mid-write
+    second = await run_saved(options, path, resume=True)
+    assert second[0].type == "session_resume" and len(second) > 2
+    tear(path, inside="é".encode())  # and again, cut inside a character this time
+    third = await run_saved(options, path, resume=True)
+    assert first[-1].type == second[-1].type == "session_end"
+    assert ev.read_trajectory(path) == first[:-1] + second[:-1] + third
+
+
+def test_a_bad_line_in_the_middle_still_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    lines = [e.to_json() for e in sample_events()]
+    resume = ev.SessionResume(1.0, "abc", 2).to_json()
+    for middle, after, line in ((lines[3][:40], lines[4], 4), ("not json", resume, 4), (lines[3][:-2] + "x}", resume, 4),
+                                (lines[3][:40] + lines[4], resume, 4)):
+        path.write_text("\n".join([*lines[:3], middle, after, ""]), encoding="utf-8")
+        with pytest.raises(ev.EventDecodeError, match=f"run.jsonl:{line}: "):
+            ev.read_trajectory(path)
+
+
+def test_a_line_cut_anywhere_is_torn_and_a_resumed_session_reads_on(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    events = sample_events()
+    resume = ev.SessionResume(1.0, "abc", 2)
+    for index, event in enumerate(events):
+        line = event.to_json().encode()
+        for cut in range(1, len(line)):
+            path.write_bytes(b"".join(e.to_json().encode() + b"\n" for e in events[:index]) + line[:cut])
+            writer = ev.TrajectoryWriter(path)  # what a resumed session opens
+            writer.write(resume)
+            writer.close()
+            assert ev.read_trajectory(path) == [*events[:index], resume], line[:cut]
