@@ -248,6 +248,7 @@ class SpecDiscard(Event):
     spec_id: str
     reason: str
     cost: float  # CPU seconds an overlay run used (its whole process tree); seconds a pure one ran
+    tainted: bool = False  # its run may have seen another world than a real run (network, a limit, ...)
 
 
 @dataclass
@@ -304,6 +305,7 @@ class SpecSummary(Event):
     saved: float
     wasted: float
     by_kind: dict[str, dict[str, float]] = field(default_factory=dict)
+    tainted: int = 0  # discarded speculations whose run may have seen another world (counted in discarded too)
 
 
 @dataclass

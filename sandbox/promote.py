@@ -36,11 +36,12 @@ class _NotThere(PromotionRefused):
     """A directory on the way is missing or is a file (not a symlink): nothing below it exists."""
 
 
-def refusals(root: Path, changes: Iterable[Change]) -> list[str]:
-    """Why these changes cannot be promoted as the real run made them; empty when they can.
+def hard_links(root: Path, changes: Iterable[Change]) -> list[str]:
+    """Changes the real run would have made through or with hard links, which promotion cannot reproduce.
 
-    Checked before anything is written: a changed or deleted real file with other hard links, a file the
-    run hard-linked (promotion would place separate copies), an entry that is not a file, dir or symlink.
+    A changed or deleted real file with other links (overlayfs broke the link on copy-up: the real run
+    writes through it, maybe into a file outside the workspace), and a file the run linked (promotion would
+    place separate copies). A run with any is not like the real one: its speculation is tainted.
     """
     reasons: list[str] = []
     for change in changes:
@@ -49,18 +50,34 @@ def refusals(root: Path, changes: Iterable[Change]) -> list[str]:
         real = _lstat_beneath(root, change.path)
         if real is not None and stat.S_ISREG(real.st_mode) and real.st_nlink > 1:
             reasons.append(f"changed a hard-linked file: {change.path} ({real.st_nlink} links)")
+        try:
+            new = os.lstat(change.source) if change.source is not None else None
+        except OSError:
+            continue
+        if new is not None and stat.S_ISREG(new.st_mode) and new.st_nlink > 1:
+            reasons.append(f"made a hard link: {change.path} ({new.st_nlink} links)")
+    return reasons
+
+
+def refusals(root: Path, changes: Iterable[Change]) -> list[str]:
+    """Why these changes cannot be promoted as the real run made them; empty when they can.
+
+    Checked before anything is written: hard links (see `hard_links`), an entry that is not a file, dir or
+    symlink, an entry gone from the overlay, a renamed directory whose old content would be needed after
+    its old paths were replaced.
+    """
+    changes = [c for c in changes if c.kind != ChangeKind.TOUCHED]
+    reasons = hard_links(root, changes)
+    for change in changes:
         if change.source is None:
             continue
         if change.type not in _PLACEABLE:
             reasons.append(f"made a device, fifo or socket: {change.path}")
-            continue
-        try:
-            new = os.lstat(change.source)
-        except OSError:
+        elif not os.path.lexists(change.source):
             reasons.append(f"its new entry is gone: {change.path}")
-            continue
-        if stat.S_ISREG(new.st_mode) and new.st_nlink > 1:
-            reasons.append(f"made a hard link: {change.path} ({new.st_nlink} links)")
+    moved = [c.path for c in changes if c.source is not None and c.source.is_relative_to(root)]
+    if moved:
+        reasons.append(f"renamed a directory ({len(moved)} entries such as {moved[0]} come from elsewhere in the tree)")
     return reasons
 
 
@@ -71,7 +88,7 @@ def apply_changes(root: Path, changes: Iterable[Change]) -> int:
     if a directory of the path turned out to be a symlink or a file in the real tree.
     """
     changes = [c for c in changes if c.kind != ChangeKind.TOUCHED]
-    reasons = refusals(root, changes) + _moved(root, changes)
+    reasons = refusals(root, changes)
     if reasons:
         raise PromotionRefused(f"the run's changes cannot be promoted into {root}: {'; '.join(reasons)}; "
                                "run the call for real instead")
@@ -84,13 +101,6 @@ def apply_changes(root: Path, changes: Iterable[Change]) -> int:
             assert change.source is not None
             _place(cursor, change.source, _parts(change.path))
     return len(deleted) + len(written)
-
-
-def _moved(root: Path, changes: list[Change]) -> list[str]:
-    """Entries whose new content is an old entry of the real tree (a renamed directory): promotion would
-    read them while replacing or deleting their old paths, so it is not attempted."""
-    moved = [c.path for c in changes if c.source is not None and c.source.is_relative_to(root)]
-    return [f"renamed a directory ({len(moved)} entries such as {moved[0]} come from elsewhere in the tree)"] if moved else []
 
 
 def _parts(rel: str) -> list[str]:

@@ -5,11 +5,16 @@
     await scheduler.close()           # end of session: everything still running is killed
 
 Pure tools run directly against the workspace, sandboxed ones in a copy-on-write overlay at the same
-path, mutating ones never. A result is keyed by the canonical call and the workspace version it ran at;
-it is promoted only when the real call has the same key at the same version, after checking for
-changes made behind Tao's back, and a sandboxed run's file changes are then applied to the real tree
-just as the real run would have made them. Whatever the real call does not use is discarded at once.
-The scheduler decides and keeps books; the tools themselves do the running.
+path, mutating ones never. Canonical keys (normalised spellings) serve prediction only; promotion goes by
+the real call itself. Its arguments are first checked with the tool's own schema: an invalid call is never
+answered here (run for real, it gets the tool's own error). A speculation is promoted only when the real
+call's arguments are exactly the speculated ones (JSON-equal, nulls dropped) at the same workspace version,
+after checking for changes made behind Tao's back; a line range of a speculated whole-file read is rendered
+by the tool itself from the file it read. A sandboxed run is promoted only if nothing suggests it saw
+another world than a real run would (its overlay's taints, hard-linked files): its file changes are then
+applied to the real tree just as the real run would have made them. The repeat cache answers a call again
+only for pure tools, whose output is a function of the workspace. Whatever the real call does not use is
+discarded at once. The scheduler decides and keeps books; the tools themselves do the running.
 """
 
 from __future__ import annotations
@@ -26,13 +31,16 @@ from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, SpecSumm
 from harness.protocol import ParsedCall
 from harness.speculation.canonical import canonical
 from harness.speculation.patterns import Analyzer, Candidate, Partial
+from harness.speculation.promotion import Rendered, exact_call, validated, vet, whole_read
 from sandbox import Workspace, WorkspaceEscape
 from sandbox.overlay import Overlay
-from sandbox.promote import apply_changes
+from sandbox.promote import PromotionRefused, apply_changes
 from tools import run_tool
 from tools.base import Effect, Observation, Tool, ToolError
-from tools.reading import ReadFile
 from tools.textfile import TextFile, load_text
+
+FAILED = "its run failed or went stale"
+OTHER = "not the model's call"
 
 
 class SpecState(enum.IntEnum):
@@ -90,7 +98,8 @@ class Speculation:
 
     spec_id: str
     candidate: Candidate
-    key: str
+    key: str  # canonical: one speculation per predicted effect
+    exact: str  # what a real call must be to be answered by it (see `exact_call`)
     version: int
     started: float
     task: asyncio.Task[Observation] | None = None
@@ -146,9 +155,10 @@ class SpeculationScheduler:
         self._count = 0
         self._reapers: set[asyncio.Task[None]] = set()
         self._calls: dict[str, tuple[ToolCall, int]] = {}  # calls waiting for their result, and their version
-        self._seen: dict[str, tuple[int, Observation]] = {}  # key -> (version, observation) of real runs
-        self._last: dict[str, LastRun] = {}  # key -> its last real run, any version
-        self._totals = {"launched": 0, "promoted": 0, "discarded": 0, "repeats": 0, "saved": 0.0, "wasted": 0.0}
+        self._seen: dict[str, tuple[int, Observation]] = {}  # exact call -> (version, observation) of pure runs
+        self._last: dict[str, LastRun] = {}  # canonical key -> its last real run, any version
+        self._totals = {"launched": 0, "promoted": 0, "discarded": 0, "tainted": 0, "repeats": 0, "saved": 0.0,
+                        "wasted": 0.0}
 
     def observe(self, event: Event) -> None:
         """Feed every session event to the analyzer (online learning) and remember observations."""
@@ -162,12 +172,21 @@ class SpeculationScheduler:
             tool = self.tools.get(call.name)
             if tool is None or tool.effect is Effect.MUTATING:
                 return
-            key = canonical(call.name, call.arguments, str(self.workspace.root)).key
-            self._last[key] = LastRun.of(call.name, event)
-            # A call that changed the tree (a test writing a report) may answer differently when repeated.
-            if version == event.workspace_version:
+            if (key := self._key(call.name, call.arguments)) is not None:
+                self._last[key] = LastRun.of(call.name, event)
+            # Only a pure tool's output is a function of the workspace: a test run may print the time, and
+            # a call that changed the tree (a test writing a report) may answer differently when repeated.
+            args = validated(tool, call.arguments)
+            if tool.effect is Effect.PURE and args is not None and version == event.workspace_version:
                 observation = Observation(event.output, event.is_error, event.exit_code, event.truncated_chars)
-                self._seen[key] = (event.workspace_version, observation)
+                self._seen[exact_call(call.name, args)] = (event.workspace_version, observation)
+
+    def _key(self, name: str, arguments: Any) -> str | None:
+        """The canonical key of a call (for predictions and guesses only), None if it has none."""
+        try:
+            return canonical(name, arguments, str(self.workspace.root)).key
+        except Exception:  # noqa: BLE001 - an odd call simply has no guess
+            return None
 
     # -- launching -----------------------------------------------------------------------------------
 
@@ -188,7 +207,11 @@ class SpeculationScheduler:
         tool = self.tools.get(candidate.name)
         if tool is None or tool.effect is Effect.MUTATING or candidate.name == "finish":
             return False
-        if candidate.key in self.specs or self._repeat(candidate.key, version) is not None:
+        try:
+            exact = exact_call(candidate.name, candidate.arguments)
+        except Exception:  # noqa: BLE001 - not JSON: no real call could ever equal it
+            return False
+        if candidate.key in self.specs or self._repeat(exact, version) is not None:
             return False  # already running, or its result at this version is already known
         if candidate.utility <= self.budget.min_utility or candidate.probability < self.budget.min_probability:
             return False
@@ -202,17 +225,19 @@ class SpeculationScheduler:
 
     def last_output(self, call: ParsedCall) -> str | None:
         """What the same call printed when it last really ran: a guess of its output, where it is a fair one."""
-        last = self._last.get(canonical(call.name, call.arguments, str(self.workspace.root)).key)
+        key = self._key(call.name, call.arguments)
+        last = self._last.get(key) if key is not None else None
         return last.guess(call.name, self.workspace.version) if last is not None else None
 
-    def _repeat(self, key: str, version: int) -> Observation | None:
-        """The observation a real run of the same call produced at this same version, if there was one."""
-        seen = self._seen.get(key)
+    def _repeat(self, exact: str, version: int) -> Observation | None:
+        """The observation a real run of the same pure call produced at this same version, if there was one."""
+        seen = self._seen.get(exact)
         return seen[1] if seen is not None and seen[0] == version else None
 
     def _start(self, candidate: Candidate, moment: str, version: int) -> Speculation:
         self._count += 1
-        spec = Speculation(f"s{self._count}", candidate, candidate.key, version, time.monotonic())
+        spec = Speculation(f"s{self._count}", candidate, candidate.key,
+                           exact_call(candidate.name, candidate.arguments), version, time.monotonic())
         self.specs[spec.key] = spec
         spec.task = asyncio.create_task(self._run(spec))
         spec.task.add_done_callback(_retrieve)
@@ -227,12 +252,13 @@ class SpeculationScheduler:
         tool = self.tools[spec.candidate.name]
         args = spec.candidate.arguments
         try:
-            if isinstance(tool, ReadFile) and set(args) == {"path"}:
+            if (path := whole_read(tool, args)) is not None:
                 try:
-                    spec.file = await asyncio.to_thread(load_text, self.workspace, args["path"])
-                except (ToolError, WorkspaceEscape, OSError):
+                    file = await asyncio.to_thread(load_text, self.workspace, path)
+                except (ToolError, WorkspaceEscape, OSError, ValueError):
                     return await run_tool(tool, args, self.workspace)  # the same error observation
-                return tool.render(spec.file, args)
+                spec.file = file
+                return await run_tool(Rendered(tool, file), args, self.workspace)  # type: ignore[arg-type]
             if tool.effect is Effect.SANDBOXED:
                 spec.overlay = Overlay(self.workspace)
                 return await run_tool(tool, args, spec.overlay)
@@ -245,41 +271,53 @@ class SpeculationScheduler:
     # -- the real call -------------------------------------------------------------------------------
 
     async def take(self, call: ParsedCall) -> Observation | None:
-        """The observation of `call` if a speculation has it at the current version; None to run it.
+        """The observation of `call` if a speculation has exactly it at the current version; None to run it.
 
-        Every other speculation is discarded and its processes killed, whatever the outcome.
+        Every other speculation is discarded and its processes killed, whatever the outcome. Never raises
+        (but for cancellation): whatever goes wrong here, the call simply runs for real.
         """
         arrived = time.monotonic()
+        try:
+            return await self._take(call, arrived)
+        except Exception as exc:  # noqa: BLE001 - a speculation is only ever a shortcut
+            self.discard_all(f"the call could not be matched ({type(exc).__name__}: {exc})"[:300])
+            return None
+
+    async def _take(self, call: ParsedCall, arrived: float) -> Observation | None:
         version = self.workspace.refresh()
         self._drop_stale(version)
-        action = canonical(call.name, call.arguments, str(self.workspace.root))
-        if action.tool != call.name:
-            # A bash command that amounts to a structured call (`cat f` is read_file(f)) shares its key but
-            # prints what bash prints, not what that tool renders: nothing speculated can stand for it.
-            self.discard_all("not the model's call")
+        tool = self.tools.get(call.name) if isinstance(call.name, str) else None
+        args = validated(tool, call.arguments) if tool is not None else None
+        if tool is None or args is None:
+            # An unknown tool or arguments its schema refuses: the real run gives the tool's own error. A bash
+            # command that amounts to a structured call (`cat f`) never reaches here: bash is never speculated.
+            self.discard_all(OTHER)
             return None
-        key = action.key
-        if (repeat := self._repeat(key, version)) is not None:
-            self.discard_all("not the model's call")
+        exact = exact_call(call.name, args)
+        if tool.effect is Effect.PURE and (repeat := self._repeat(exact, version)) is not None:
+            self.discard_all(OTHER)
             self._totals["repeats"] += 1
             self.emit(SpecPromote(self.now(), self.step, "repeat", call.call_id, 0.0, 0.0))
             return repeat
-        spec = self.specs.get(key)
-        observation, sliced = None, False
+        spec = next((s for s in self.specs.values() if s.exact == exact), None)
+        observation, reason, sliced = None, FAILED, False
         if spec is not None:
-            observation = await self._result(spec, version)
+            observation, reason = await self._result(spec, version)
         else:
-            spec, observation = self._slice(call, version)
+            spec, observation = await self._slice(call.name, args, version)
             sliced = observation is not None
         for other in list(self.specs.values()):
-            if other is not spec or observation is None:
-                self._discard(other, "not the model's call" if other is not spec else "its run failed or went stale")
+            if other is not spec:
+                self._discard(other, OTHER)
+            elif observation is None:
+                self._discard(other, reason, tainted=reason.startswith("tainted: "))
         if spec is not None and observation is not None:
             self._promote(spec, call, arrived, sliced)
         return observation
 
-    async def _result(self, spec: Speculation, version: int) -> Observation | None:
-        """A speculation's observation if it completed cleanly and the tree is still at its version."""
+    async def _result(self, spec: Speculation, version: int) -> tuple[Observation | None, str]:
+        """A speculation's observation if it completed cleanly, untainted, with the tree still at its version;
+        else None and the reason it is not used."""
         assert spec.task is not None
         # The real call now waits on it: it is authoritative work from here on. Boosted again while it
         # runs, since a process still setting up applies its nice after a first boost.
@@ -289,25 +327,31 @@ class SpeculationScheduler:
         try:
             observation = await asyncio.shield(spec.task)
         except Exception:  # noqa: BLE001 - a failed speculation is simply not used
-            return None
+            return None, FAILED
+        if spec.overlay is None:
+            return (observation, "") if self.workspace.refresh() == version else (None, FAILED)
+        taints, changes = await asyncio.to_thread(vet, spec.overlay)
+        if taints:
+            return None, "tainted: " + "; ".join(taints)
         if self.workspace.refresh() != version:
-            return None
-        if spec.overlay is not None:
-            changes = await asyncio.to_thread(spec.overlay.changes)
-            if any(c.type not in ("file", "dir", "symlink") for c in changes):
-                return None  # a device, fifo or socket cannot be carried over: run the call for real
+            return None, FAILED
+        try:
             await asyncio.to_thread(apply_changes, self.workspace.root, changes)
-        return observation
+        except PromotionRefused as exc:  # raised before anything is written
+            return None, f"its changes cannot be promoted: {exc}"[:300]
+        return observation, ""
 
-    def _slice(self, call: ParsedCall, version: int) -> tuple[Speculation | None, Observation | None]:
-        """A line range of a file whose whole read was speculated at this version, served from it."""
-        if call.name != "read_file":
-            return None, None
-        whole = canonical("read_file", {"path": call.arguments.get("path")}, str(self.workspace.root)).key
-        spec = self.specs.get(whole)
+    async def _slice(self, name: str, args: dict[str, Any],
+                     version: int) -> tuple[Speculation | None, Observation | None]:
+        """A line range of a file whose whole read was speculated at this version: the tool renders the real
+        call's (validated) arguments from the file it read, its errors and notes included."""
+        path = args.get("path")
+        whole = exact_call(name, {"path": path}) if isinstance(path, str) else None
+        spec = next((s for s in self.specs.values() if whole is not None and s.exact == whole), None)
         if spec is None or spec.state is not SpecState.READY or spec.file is None or spec.version != version:
             return None, None
-        return spec, self.tools["read_file"].render(spec.file, call.arguments)  # type: ignore[attr-defined]
+        tool = self.tools[spec.candidate.name]
+        return spec, await run_tool(Rendered(tool, spec.file), args, self.workspace)  # type: ignore[arg-type]
 
     def _promote(self, spec: Speculation, call: ParsedCall, arrived: float, sliced: bool) -> None:
         finished = spec.finished or time.monotonic()
@@ -327,6 +371,8 @@ class SpeculationScheduler:
     # -- discarding ----------------------------------------------------------------------------------
 
     def _drop_stale(self, version: int) -> None:
+        """Discard what ran at another version, and forget real runs of another version."""
+        self._seen = {exact: seen for exact, seen in self._seen.items() if seen[0] == version}
         for spec in list(self.specs.values()):
             if spec.version != version:
                 self._discard(spec, f"the workspace changed (version {spec.version} -> {version})")
@@ -342,7 +388,8 @@ class SpeculationScheduler:
         for spec in list(self.specs.values()):
             self._discard(spec, reason)
 
-    def _discard(self, spec: Speculation, reason: str) -> None:
+    def _discard(self, spec: Speculation, reason: str, tainted: bool = False) -> None:
+        """Throw one speculation away and say why; `tainted`: its run may have seen another world."""
         if spec.state >= SpecState.PROMOTED:
             return
         cost = _cost(spec)  # read before the kill
@@ -354,8 +401,9 @@ class SpeculationScheduler:
         stats.wasted += cost
         self._judge(spec.candidate.kind, stats)
         self._totals["discarded"] += 1
+        self._totals["tainted"] += int(tainted)
         self._totals["wasted"] += cost
-        self.emit(SpecDiscard(self.now(), self.step, spec.spec_id, reason, round(cost, 6)))
+        self.emit(SpecDiscard(self.now(), self.step, spec.spec_id, reason, round(cost, 6), tainted))
         self._reap(spec)
 
     def _judge(self, kind: str, stats: KindStats) -> None:
@@ -387,4 +435,5 @@ class SpeculationScheduler:
         totals: dict[str, Any] = dict(self._totals)
         self.emit(SpecSummary(self.now(), totals["launched"], totals["promoted"], totals["discarded"],
                               totals["repeats"], round(totals["saved"], 6), round(totals["wasted"], 6),
-                              {kind: stats.to_dict() for kind, stats in sorted(self.kinds.items())}))
+                              {kind: stats.to_dict() for kind, stats in sorted(self.kinds.items())},
+                              tainted=totals["tainted"]))

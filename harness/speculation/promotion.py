@@ -1,0 +1,66 @@
+"""What a real call must be to be answered by a speculation: the tool's own view of its arguments.
+
+Canonical keys (harness.speculation.canonical) normalise spellings so that predictions generalise; they
+must not decide promotion, since two spellings can give different observations (`" a.py "` is not
+`a.py`, `start_line: "5"` is an error, `echo  hi` prints itself with two spaces). Promotion goes by the
+real call's arguments as the tool's schema accepts them, compared exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sandbox import Workspace
+from sandbox.changes import Change
+from sandbox.overlay import Overlay
+from sandbox.promote import hard_links
+from tools.base import Observation, Tool
+from tools.reading import ReadFile
+from tools.schema import coerce_args, validate_args
+from tools.textfile import TextFile
+
+
+def validated(tool: Tool, arguments: Any) -> dict[str, Any] | None:
+    """The call's arguments as the tool will run them, or None when its own schema refuses them."""
+    try:
+        args = coerce_args(tool.name, arguments)
+        validate_args(tool.name, tool.parameters, args)
+    except Exception:  # noqa: BLE001 - ToolError, or a value too odd even to describe (deep nesting)
+        return None
+    return args
+
+
+def exact_call(name: str, args: dict[str, Any]) -> str:
+    """The identity promotion goes by: the tool and its arguments as given, JSON-equal once nulls are dropped."""
+    kept = {key: value for key, value in args.items() if value is not None}
+    return f"{name} {json.dumps(kept, sort_keys=True, ensure_ascii=False)}"
+
+
+class Rendered:
+    """read_file answering from a file it already read: `run_tool` validates the call and turns errors into
+    observations exactly as for the real call, and the tool's own `render` draws the lines."""
+
+    def __init__(self, tool: ReadFile, file: TextFile) -> None:
+        self.name, self.description, self.parameters = tool.name, tool.description, tool.parameters
+        self.effect, self.tool, self.file = tool.effect, tool, file
+
+    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+        """What `tool.run(args, workspace)` gives while the file is as it was read."""
+        return self.tool.render(self.file, args)
+
+
+def whole_read(tool: Tool, args: dict[str, Any]) -> str | None:
+    """The path of a read of a whole file (served line ranges later), else None."""
+    path = args.get("path")
+    return path if isinstance(tool, ReadFile) and set(args) == {"path"} and isinstance(path, str) else None
+
+
+def vet(overlay: Overlay) -> tuple[list[str], list[Change]]:
+    """Why an overlay run may have seen another world than a real run (empty: nothing known), and its changes.
+
+    The overlay's own taints (network, writes outside the workspace, limits, ...) come first; a change to a
+    hard-linked file (overlayfs breaks the link; the real run writes through it) is one as well.
+    """
+    changes = overlay.changes()
+    return overlay.taints() or hard_links(overlay.workspace.root, changes), changes
