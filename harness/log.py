@@ -54,7 +54,8 @@ class HumanLog:
                 return f"{stamp} <- the output matched the guess: the next step starts from a warm cache{warmed}"
             case SpecSummary():
                 return (f"{stamp} speculation: {event.launched} launched, {event.promoted} promoted, "
-                        f"{event.discarded} discarded, {event.repeats} repeats answered; "
+                        f"{event.discarded} discarded{f' ({event.tainted} tainted)' if event.tainted else ''}, "
+                        f"{event.repeats} repeats answered; "
                         f"{event.saved:.2f}s saved, {event.wasted:.2f} CPU-s wasted")
             case SessionEnd():
                 summary = f"\n    summary: {event.summary}" if event.summary else ""

@@ -8,7 +8,7 @@ from typing import Any
 from harness.events import (Event, SessionStart, SpecDiscard, SpecLaunch, SpecPromote, SpecReady, SpecSummary,
                             SpecToggle)
 
-STATES = ("running", "ready", "promoted", "discarded")
+STATES = ("running", "ready", "promoted", "discarded", "tainted")  # tainted: discarded, its world differed
 
 
 @dataclass
@@ -24,6 +24,11 @@ class Entry:
     state: str = "running"
     seconds: float = 0.0  # saved when promoted, CPU wasted when discarded
     why: str = ""  # the discard reason
+
+    @property
+    def over(self) -> bool:
+        """Discarded, tainted or not."""
+        return self.state in ("discarded", "tainted")
 
 
 @dataclass
@@ -48,6 +53,7 @@ class Book:
     launched: int = 0
     promoted: int = 0
     discarded: int = 0
+    tainted: int = 0  # discarded because the run may have seen another world (counted in discarded too)
     repeats: int = 0
     saved: float = 0.0
     wasted: float = 0.0
@@ -77,13 +83,16 @@ class Book:
                 self.saved += event.saved
                 return entry
             case SpecDiscard() if (entry := self.entries.get(event.spec_id)):
-                entry.state, entry.seconds, entry.why = "discarded", event.cost, event.reason
+                entry.state = "tainted" if event.tainted else "discarded"
+                entry.seconds, entry.why = event.cost, event.reason
                 self.discarded += 1
+                self.tainted += int(event.tainted)
                 self.wasted += event.cost
                 return entry
             case SpecSummary():
                 self.launched, self.promoted, self.discarded = event.launched, event.promoted, event.discarded
                 self.repeats, self.saved, self.wasted = event.repeats, event.saved, event.wasted
+                self.tainted = event.tainted
         return None
 
     @property

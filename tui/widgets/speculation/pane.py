@@ -12,7 +12,8 @@ from tui.widgets.conversation.render import call_summary
 from tui.widgets.speculation.book import Book, Entry
 
 MARKS = {"running": ("● running", "yellow"), "ready": ("◆ ready", "cyan"),
-         "promoted": ("✔ promoted", "bold green"), "discarded": ("✘ discarded", "red")}
+         "promoted": ("✔ promoted", "bold green"), "discarded": ("✘ discarded", "red"),
+         "tainted": ("⚠ tainted", "bold magenta")}
 
 
 def state_cell(entry: Entry) -> Text:
@@ -25,9 +26,16 @@ def seconds_cell(entry: Entry, masked: bool = False) -> Text:
     """Time saved (green) for a promoted speculation, CPU time wasted (red) for a discarded one."""
     if entry.state == "promoted":
         return Text("saved" if masked else f"+{entry.seconds:.2f}s", style="green")
-    if entry.state == "discarded":
+    if entry.over:
         return Text("wasted" if masked else f"-{entry.seconds:.2f}s", style="red dim")
     return Text("")
+
+
+def reason_cell(entry: Entry) -> Text:
+    """Why it was launched; for a tainted run, why its result could not be trusted instead."""
+    if entry.state == "tainted":
+        return Text(entry.why.removeprefix("tainted: "), style="magenta")
+    return Text.assemble((entry.reason, "italic"), (f" {entry.moment}", "dim"))
 
 
 def seconds(value: float, masked: bool, unit: str = "s") -> str:
@@ -76,9 +84,10 @@ class SpeculationPane(Vertical):
             if entry.spec_id in table.rows:
                 table.update_cell(entry.spec_id, "state", state_cell(entry))
                 table.update_cell(entry.spec_id, "time", seconds_cell(entry, self.masked))
+                if entry.state == "tainted":
+                    table.update_cell(entry.spec_id, "reason", reason_cell(entry))
             else:
-                table.add_row(state_cell(entry), call_summary(entry.name, entry.arguments, 22),
-                              Text.assemble((entry.reason, "italic"), (f" {entry.moment}", "dim")),
+                table.add_row(state_cell(entry), call_summary(entry.name, entry.arguments, 22), reason_cell(entry),
                               seconds_cell(entry, self.masked), key=entry.spec_id)
                 table.scroll_end(animate=False)
         if entry is not None or event.type.startswith("spec_") or event.type == "session_start":
@@ -91,7 +100,9 @@ class SpeculationPane(Vertical):
         totals = Text.assemble(
             Text("Speculation ", style="bold"), switch, "\n",
             (f"{book.launched}", "bold"), " launched · ", (f"{book.promoted}", "bold green"), " promoted · ",
-            (f"{book.discarded}", "bold red"), " discarded", f" · {book.repeats} repeats\n" if book.repeats else "\n",
+            (f"{book.discarded}", "bold red"), " discarded",
+            (f" ({book.tainted} tainted)", "bold magenta") if book.tainted else "",
+            f" · {book.repeats} repeats\n" if book.repeats else "\n",
             ("saved ", "green"), (seconds(book.saved, self.masked), "bold green"), " · ", ("wasted ", "red"),
             (seconds(book.wasted, self.masked, "CPU-s"), "bold red"), f" · hit rate {book.hit_rate:.0%}")
         self.query_one("#spec-totals", Static).update(totals)
