@@ -8,6 +8,7 @@ real call's arguments as the tool's schema accepts them, compared exactly.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -15,10 +16,11 @@ from sandbox import Workspace
 from sandbox.changes import Change
 from sandbox.overlay import Overlay
 from sandbox.promote import hard_links
+from tools import run_tool
 from tools.base import Observation, Tool
 from tools.reading import ReadFile
 from tools.schema import coerce_args, validate_args
-from tools.textfile import TextFile
+from tools.textfile import TextFile, load_text
 
 
 def validated(tool: Tool, arguments: Any) -> dict[str, Any] | None:
@@ -54,6 +56,21 @@ def whole_read(tool: Tool, args: dict[str, Any]) -> str | None:
     """The path of a read of a whole file (served line ranges later), else None."""
     path = args.get("path")
     return path if isinstance(tool, ReadFile) and set(args) == {"path"} and isinstance(path, str) else None
+
+
+async def kept_file(tool: ReadFile, path: str, observation: Observation, workspace: Workspace) -> TextFile | None:
+    """The file a speculated whole read showed, kept to render line ranges from; None where the tool's own
+    rendering of it does not give exactly `observation` (an error, or a tool that reads another way)."""
+    if observation.is_error:
+        return None
+    try:
+        file = await asyncio.to_thread(load_text, workspace, path)
+    except Exception:  # noqa: BLE001 - no file to keep: ranges are then run for real
+        return None
+    again = await run_tool(Rendered(tool, file), {"path": path}, workspace)  # type: ignore[arg-type]
+    same = (again.text, again.is_error, again.exit_code, again.truncated_chars) == (
+        observation.text, observation.is_error, observation.exit_code, observation.truncated_chars)
+    return file if same else None
 
 
 def vet(overlay: Overlay) -> tuple[list[str], list[Change]]:

@@ -31,13 +31,13 @@ from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, SpecSumm
 from harness.protocol import ParsedCall
 from harness.speculation.canonical import canonical
 from harness.speculation.patterns import Analyzer, Candidate, Partial
-from harness.speculation.promotion import Rendered, exact_call, validated, vet, whole_read
-from sandbox import Workspace, WorkspaceEscape
+from harness.speculation.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
+from sandbox import Workspace
 from sandbox.overlay import Overlay
 from sandbox.promote import PromotionRefused, apply_changes
 from tools import run_tool
-from tools.base import Effect, Observation, Tool, ToolError
-from tools.textfile import TextFile, load_text
+from tools.base import Effect, Observation, Tool
+from tools.textfile import TextFile
 
 FAILED = "its run failed or went stale"
 OTHER = "not the model's call"
@@ -253,12 +253,9 @@ class SpeculationScheduler:
         args = spec.candidate.arguments
         try:
             if (path := whole_read(tool, args)) is not None:
-                try:
-                    file = await asyncio.to_thread(load_text, self.workspace, path)
-                except (ToolError, WorkspaceEscape, OSError, ValueError):
-                    return await run_tool(tool, args, self.workspace)  # the same error observation
-                spec.file = file
-                return await run_tool(Rendered(tool, file), args, self.workspace)  # type: ignore[arg-type]
+                observation = await run_tool(tool, args, self.workspace)
+                spec.file = await kept_file(tool, path, observation, self.workspace)  # type: ignore[arg-type]
+                return observation
             if tool.effect is Effect.SANDBOXED:
                 spec.overlay = Overlay(self.workspace)
                 return await run_tool(tool, args, spec.overlay)
