@@ -280,3 +280,35 @@ async def test_a_run_that_used_a_localhost_service_is_tainted(tmp_path: Path) ->
     [discard] = of(events, SpecDiscard)
     assert discard.tainted and discard.reason.startswith("tainted: ")
     assert of(events, SpecSummary)[0].tainted == 1
+
+
+# -- limits a real run may not meet ------------------------------------------------------------------
+
+async def test_a_speculation_that_timed_out_is_not_promoted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A speculative grep starved by the load of speculation hits its timeout; the real call would not."""
+    import tools.grep
+
+    repo = make_calc_repo(tmp_path)
+    arguments = {"pattern": "def "}
+    scheduler, events = make(repo, ("grep", arguments))
+    monkeypatch.setattr(tools.grep, "GREP_TIMEOUT", 0.0)  # stands in for a machine too busy to finish in time
+    [spec] = scheduler.launch("a", 1)
+    await asyncio.wait([spec.task])
+    monkeypatch.undo()
+    served = await scheduler.take(ParsedCall("c1", "grep", arguments))
+    await scheduler.close()
+    truth = await real(scheduler, "grep", arguments)
+    assert not truth.is_error
+    assert served is None or seen(served) == seen(truth), served.text
+    assert not of(events, SpecPromote)
+
+
+async def test_an_error_is_never_answered_from_the_repeat_cache(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    scheduler, events = make(repo)
+    arguments = {"pattern": "def "}
+    timed_out = Observation("Error: grep timed out after 120 s; narrow the path or glob", is_error=True)
+    remember(scheduler, "c1", "grep", arguments, timed_out, "pure")
+    again = await scheduler.take(ParsedCall("c2", "grep", arguments))
+    await scheduler.close()
+    assert again is None

@@ -177,7 +177,8 @@ class SpeculationScheduler:
             # Only a pure tool's output is a function of the workspace: a test run may print the time, and
             # a call that changed the tree (a test writing a report) may answer differently when repeated.
             args = validated(tool, call.arguments)
-            if tool.effect is Effect.PURE and args is not None and version == event.workspace_version:
+            if (tool.effect is Effect.PURE and args is not None and version == event.workspace_version
+                    and not event.is_error):  # an error may be a timeout; a real run gets it again quickly
                 observation = Observation(event.output, event.is_error, event.exit_code, event.truncated_chars)
                 self._seen[exact_call(call.name, args)] = (event.workspace_version, observation)
 
@@ -325,6 +326,10 @@ class SpeculationScheduler:
             observation = await asyncio.shield(spec.task)
         except Exception:  # noqa: BLE001 - a failed speculation is simply not used
             return None, FAILED
+        if observation.data.get("timed_out") or (spec.overlay is None and observation.is_error):
+            # A limit a real run may not meet (a tool's timeout, under the load of speculation); and an error
+            # of a pure tool is quick to get for real, which leaves no doubt.
+            return None, "its run ended in an error or a timeout; the real call runs for itself"
         if spec.overlay is None:
             return (observation, "") if self.workspace.refresh() == version else (None, FAILED)
         taints, changes = await asyncio.to_thread(vet, spec.overlay)
