@@ -75,6 +75,9 @@ def refusals(root: Path, changes: Iterable[Change]) -> list[str]:
             reasons.append(f"made a device, fifo or socket: {change.path}")
         elif not os.path.lexists(change.source):
             reasons.append(f"its new entry is gone: {change.path}")
+    closed = sorted(p for p in {c.path.rpartition("/")[0] for c in changes} if not _writable(root, p))
+    if closed:
+        reasons.append(f"cannot add or replace entries in {', '.join(closed[:3])} (no write permission)")
     moved = [c.path for c in changes if c.source is not None and c.source.is_relative_to(root)]
     if moved:
         reasons.append(f"renamed a directory ({len(moved)} entries such as {moved[0]} come from elsewhere in the tree)")
@@ -101,6 +104,12 @@ def apply_changes(root: Path, changes: Iterable[Change]) -> int:
             assert change.source is not None
             _place(cursor, change.source, _parts(change.path))
     return len(deleted) + len(written)
+
+
+def _writable(root: Path, rel: str) -> bool:
+    """Whether entries can be added to or removed from directory root/rel (one the promotion makes is)."""
+    path = root / rel if rel else root
+    return not path.is_dir() or os.access(path, os.W_OK | os.X_OK, effective_ids=os.access in os.supports_effective_ids)
 
 
 def _parts(rel: str) -> list[str]:
