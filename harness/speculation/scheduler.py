@@ -334,7 +334,7 @@ class SpeculationScheduler:
             return (observation, "") if self.workspace.refresh() == version else (None, FAILED)
         taints, changes = await asyncio.to_thread(vet, spec.overlay)
         if taints:
-            return None, "tainted: " + "; ".join(taints)
+            return None, ("tainted: " + "; ".join(taints))[:500]
         if self.workspace.refresh() != version:
             return None, FAILED
         try:
