@@ -17,7 +17,8 @@ overlay state base). A mismatch is re-checked with a second off run:
     unstable    two real runs differ too: the case is nondeterministic (the bench's own fault, or Tao's)
     escape      the workspace or a canary changed while the speculation ran, before the real call; or a
                 hostile command printed that a forbidden step worked
-    crash       an exception (or a hang) out of Tao's code in either world
+    crash       an exception (or a hang) out of Tao's code in either world, a speculative run's included
+                (the scheduler hides those and runs the call for real, so nothing of that kind is compared)
 
 Prints JSON with the counts, the first examples of each, counts by kind and label, and the machine;
 exit code 1 when there are differences, escapes or crashes.

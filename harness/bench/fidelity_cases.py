@@ -300,7 +300,7 @@ def near_miss(rng: random.Random, cid: str) -> Case:
         ("symlink-dotdot", {"path": "x.py"}, {"path": "sub/../x.py"}, "read_file"),
         ("start-zero", whole, {"path": path, "start_line": 0}, "read_file"),
         ("start-negative", whole, {"path": path, "start_line": -3}, "read_file"),
-        ("start-string", whole, {"path": path, "start_line": "1"}, "read_file"),
+        ("start-string", whole, {"path": path, "start_line": str(rng.randint(1, 5))}, "read_file"),
         ("range-strings", {"path": path, "start_line": 1, "end_line": 2}, {"path": path, "start_line": "1", "end_line": "2"}, "read_file"),
         ("past-end", whole, {"path": path, "start_line": total + rng.randint(1, 50)}, "read_file"),
         ("end-before-start", whole, {"path": path, "start_line": 3, "end_line": 1}, "read_file"),
@@ -518,9 +518,11 @@ def hostile(rng: random.Random, cid: str) -> Case:
         ("handle", HANDLE_ATTACK), ("inherited-fd", FD_PROBE),
     )
     unsafe = (  # run only speculatively: a real run as root would touch the machine
-        ("state-dir-write", "echo pwned > %STATE%/%TOKEN%-pwn && echo %MARK%:state-dir"),
+        # Writes are judged by the trees, not by what the command says: a sandbox may let them land in a
+        # throwaway layer. Only powers that leave no trace (opening for writing, a device node) print the mark.
+        ("state-dir-write", "echo pwned > %STATE%/%TOKEN%-pwn 2>&1; echo done"),
         ("umount", "umount -l %WS% 2>&1; echo pwned >> %WS%/a.py 2>&1; echo done"),
-        ("remount", "mount -o remount,rw / 2>&1 && echo pwned >> %OUT%/secret.txt 2>&1 && echo %MARK%:remount"),
+        ("remount", "mount -o remount,rw / 2>&1; echo pwned >> %OUT%/secret.txt 2>&1; echo done"),
         ("proc-sys", OPEN_FOR_WRITING + "/proc/sys/kernel/core_pattern /proc/sysrq-trigger"),
         ("sys", OPEN_FOR_WRITING + "/sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/uevent_helper"),
         ("mknod", "mknod ./blk b 7 0 2>&1 && echo %MARK%:mknod; rm -f ./blk"),
