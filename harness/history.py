@@ -1,4 +1,5 @@
-"""A conversation rebuilt from its events, so that a saved session can go on where it stopped.
+"""A conversation rebuilt from its events, so that a saved session can go on where it stopped; and the saved
+sessions themselves, found and read for resuming.
 
 The messages are the ones the session itself built: the system prompt, the task, each answer of the
 model as it was generated, each tool result, each format error and each follow-up of the user.
@@ -6,12 +7,15 @@ model as it was generated, each tool result, each format error and each follow-u
 
 from __future__ import annotations
 
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness import protocol
-from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, ToolResult, TurnEnd,
-                            UserMessage)
+from harness.errors import UsageError
+from harness.events import (Event, EventDecodeError, FormatError, LLMEnd, SessionEnd, SessionStart, ToolResult,
+                            TurnEnd, UserMessage, read_trajectory)
 
 
 def assistant_message(raw: str, native: list[dict[str, Any]] | None, has_calls: bool) -> dict[str, Any]:
@@ -66,3 +70,29 @@ def rebuild(events: list[Event], native_tools: bool) -> History:
             case TurnEnd() | SessionEnd():
                 status, reason = event.status, event.reason
     return History(start, messages, steps, tokens, events[-1].t if events else 0.0, status, reason)
+
+
+def load_saved(path: Path) -> list[Event]:
+    """The events of a saved session, to resume it; a UsageError (exit code 2) says what is wrong with which line
+    of the file, or that it holds no session."""
+    try:
+        events = read_trajectory(path)
+    except EventDecodeError as exc:
+        raise UsageError(f"cannot resume {exc}. A trajectory holds one JSON event a line: repair or delete that "
+                         f"line, or start a new session") from None
+    if not any(isinstance(event, SessionStart) for event in events):
+        raise UsageError(f"cannot resume {path}: it holds no session_start event, so it is not a Tao trajectory")
+    return events
+
+
+def saved_sessions(folder: Path) -> list[Path]:
+    """The trajectory files in `folder`, newest first; what is no regular file (a FIFO, a broken link) is left out."""
+    dated = []
+    for path in folder.glob("*.jsonl"):
+        try:
+            info = path.stat()
+        except OSError:
+            continue  # removed while we looked, or a broken link
+        if stat.S_ISREG(info.st_mode):
+            dated.append((info.st_mtime, path))
+    return [path for _, path in sorted(dated, key=lambda item: item[0], reverse=True)]

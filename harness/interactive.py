@@ -24,7 +24,8 @@ from harness.approval import ApprovalPolicy, Ask, load_policy
 from harness.engine.base import engine_load
 from harness.engine.factory import EngineOptions, open_engine
 from harness.errors import UsageError
-from harness.events import SessionStart, TrajectoryWriter, read_trajectory
+from harness.events import SessionStart, TrajectoryWriter
+from harness.history import load_saved, saved_sessions
 from harness.session import EventSink, Session, SessionConfig
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
@@ -73,10 +74,8 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
     """An interactive session on a new task, or on a saved one (`resume`); everything closed afterwards."""
     from harness.cli import default_trajectory_path, session_patterns
 
-    history = read_trajectory(resume) if resume is not None else None
+    history = load_saved(resume) if resume is not None else None
     start = next((e for e in history or [] if isinstance(e, SessionStart)), None)
-    if history is not None and start is None:
-        raise UsageError(f"{resume} holds no session_start event: it is not a Tao trajectory")
     repo = Path(start.repo) if start is not None else options.repo
     if not repo.is_dir():
         raise UsageError(f"the session's repository {repo} is not a directory")
@@ -102,7 +101,7 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
 
 def last_trajectory(trajectories: Path, repo: Path | None = None) -> Path | None:
     """The newest trajectory in the folder, preferring one whose session ran in `repo`."""
-    paths = sorted(trajectories.glob("*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True)
+    paths = saved_sessions(trajectories)
     if repo is not None:
         root = str(repo.resolve())
         for path in paths:

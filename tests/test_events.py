@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness import events as ev
+from harness.errors import UsageError
 from harness.interactive import SessionOptions, open_session
+from tests.helpers import ROOT, make_calc_repo
 from tests.test_tui_support import TASK, call, isolated, session_options  # noqa: F401 - isolated is a fixture
 
 
@@ -170,3 +176,64 @@ def test_a_line_cut_anywhere_is_torn_and_a_resumed_session_reads_on(tmp_path: Pa
             writer.write(resume)
             writer.close()
             assert ev.read_trajectory(path) == [*events[:index], resume], line[:cut]
+
+
+def tao_cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """`tao ...` as a user runs it, with its config, cache and state under `home`, and no terminal."""
+    env = {**os.environ, **{name: str(home / name.lower()) for name in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME",
+                                                                       "XDG_STATE_HOME")}}
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env, stdin=subprocess.DEVNULL, timeout=300)
+
+
+def damaged_trajectories(folder: Path, repo: Path) -> dict[str, tuple[Path, str]]:
+    """Saved sessions damaged in several ways, each with what the error must say."""
+    folder.mkdir(parents=True, exist_ok=True)
+    start = ev.SessionStart(0.0, "abc", "fix it", str(repo), "replay", ["grep"]).to_json()
+    lines = [start, *(e.to_json() for e in sample_events()[1:])]
+    cases = {"middle": ("\n".join([*lines[:2], "{not json", *lines[2:]]) + "\n", ":3: invalid JSON"),
+             "types": ("\n".join([*lines[:4], lines[4].replace('"step":1', '"step":"1"'), *lines[5:]]) + "\n",
+                       ":5: bad tool_call event: wrong type for step"),
+             "binary": (start + "\n\x00\xff garbage \x1b[2J\n" + lines[1] + "\n", ":2: "),
+             "no-start": ("\n".join(lines[1:]) + "\n", "holds no session_start event")}
+    made = {}
+    for name, (text, says) in cases.items():
+        path = folder / f"{name}.jsonl"
+        path.write_bytes(text.encode("utf-8", errors="surrogateescape").replace(b"\xc3\xbf", b"\xff"))
+        made[name] = (path, says)
+    return made
+
+
+@pytest.mark.parametrize("case", ["middle", "types", "binary", "no-start"])
+def test_resuming_a_damaged_trajectory_says_which_line_and_exits_2(tmp_path: Path, case: str) -> None:
+    repo = make_calc_repo(tmp_path)
+    path, says = damaged_trajectories(tmp_path / "saved", repo)[case]
+    result = tao_cli("--resume", str(path), "--repo", str(repo), home=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and f"tao: cannot resume {path}" in result.stderr, result.stderr
+    assert says in result.stderr, result.stderr
+
+
+def test_replaying_a_damaged_trajectory_says_which_line_and_exits_2(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    path, says = damaged_trajectories(tmp_path / "saved", repo)["middle"]
+    result = tao_cli("run", "--headless", "--engine", "replay", "--replay", str(path), "--repo", str(repo), home=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"{path}{says}" in result.stderr, result.stderr
+
+
+async def test_the_tui_resume_of_a_damaged_trajectory_is_a_usage_error(isolated: Path) -> None:
+    from tui.app import resolve_resume
+
+    options = session_options(isolated)
+    saved = damaged_trajectories(isolated / "xdg_state_home" / "tao" / "trajectories", options.repo)
+    for path, says in saved.values():
+        with pytest.raises(UsageError, match=re.escape(says)):
+            resolve_resume(str(path), options.repo)
+        with pytest.raises(UsageError, match=re.escape(says)):
+            async with open_session(options, resume=path):
+                pass
+    os.mkfifo(saved["middle"][0].with_name("newest-fifo.jsonl"))  # neither it nor a broken link stops the search
+    saved["middle"][0].with_name("newest-link.jsonl").symlink_to(isolated / "gone.jsonl")
+    with pytest.raises(UsageError, match="cannot resume"):
+        resolve_resume("last", options.repo)

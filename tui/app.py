@@ -25,6 +25,7 @@ from textual.worker import Worker
 from harness.approval import Answer
 from harness.errors import TaoError, UsageError
 from harness.events import Event, SessionEnd, read_trajectory
+from harness.history import load_saved
 from harness.interactive import LiveSession, SessionOptions, engine_status, last_trajectory, open_session
 from tui.screens.approval import ApprovalScreen
 from tui.screens.diff import DiffScreen
@@ -228,12 +229,14 @@ def resolve_resume(resume: str | None, repo: Path) -> Path | None:
         path = Path(resume).expanduser()
         if not path.is_file():
             raise UsageError(f"--resume {path}: no such trajectory file")
+        load_saved(path)  # a damaged file is a usage error now, before the screen opens
         return path
     from harness.cli import state_dir
 
     path = last_trajectory(state_dir() / "trajectories", repo)
     if path is None:
         raise UsageError(f"no saved session to resume in {state_dir() / 'trajectories'}; start one with `tao`")
+    load_saved(path)
     return path
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.engine.base import Chunk, Engine, LLMRequest, Usage
 from harness.errors import ReplayExhausted, UsageError
-from harness.events import LLMEnd, SessionStart, read_trajectory
+from harness.events import EventDecodeError, LLMEnd, SessionStart, read_trajectory
 
 # Roughly one token per short word piece, as BPE tokenizers split English and code.
 _TOKEN = re.compile(r"\s*[A-Za-z]{1,6}|\s*\d{1,3}|\s*[^\sA-Za-z\d]|\s+")
@@ -54,7 +54,10 @@ def load_recording(path: str | Path) -> Recording:
     if not source.is_file():
         raise UsageError(f"replay file {source} does not exist; pass a trajectory .jsonl or a JSON turn script")
     if source.suffix == ".jsonl":
-        events = read_trajectory(source)
+        try:
+            events = read_trajectory(source)
+        except EventDecodeError as exc:
+            raise UsageError(f"replay file {exc}") from None
         start = next((e for e in events if isinstance(e, SessionStart)), None)
         turns = [Turn(e.text, e.tool_calls) for e in events if isinstance(e, LLMEnd)]
         task = start.task if start else None
