@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from harness.bench import fidelity
-from harness.bench.fidelity import Places, Snapshot, Verdict, World, compare, diff_trees, judge, run_cases, snapshot
+from harness.bench.fidelity import Verdict, World, compare, run_cases
+from harness.bench.fidelity_tree import Places, Snapshot, build, diff_trees, remove, snapshot
 from harness.bench.fidelity_cases import KINDS, Call, Case, Entry, case_by_id, generate
 from harness.speculation.scheduler import SpeculationScheduler
 
@@ -33,7 +34,7 @@ async def base() -> AsyncIterator[Path]:
     """A scratch directory where the bench builds its cases (as the command does: not under /tmp)."""
     path = fidelity.scratch_base()
     yield path
-    fidelity.remove(path)
+    remove(path)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ async def small_run() -> AsyncIterator[list[Verdict]]:
     try:
         yield await run_cases(generate(SEED, SMALL_RUN), path)
     finally:
-        fidelity.remove(path)
+        remove(path)
 
 
 def failures(verdicts: list[Verdict], name: str) -> str:
@@ -102,7 +103,7 @@ def test_trees_that_differ_in_any_fact_are_reported() -> None:
 
 def test_a_snapshot_sees_modes_targets_and_broken_hard_links(tmp_path: Path) -> None:
     places = Places(tmp_path, "tao-fid-test-snapshot")
-    fidelity.build(simple_case(Call("read_file", {"path": "a.py"})), places)
+    build(simple_case(Call("read_file", {"path": "a.py"})), places)
     os.link(places.ws / "a.py", places.ws / "a2.py")
     os.symlink("a.py", places.ws / "link")
     before = snapshot(places)
@@ -136,7 +137,8 @@ def test_a_nondeterministic_call_is_judged_by_its_pattern_and_never_stale() -> N
     assert compare(case, World(seen=[earlier, ("real 'run_tests'", (fresh, False, 0, 0))]), off) == []
     stale = compare(case, World(seen=[earlier, ("real 'run_tests'", earlier[1])]), off)
     assert stale and "stale" in stale[0]
-    wrong = compare(case, World(seen=[earlier, ("real 'run_tests'", ("$ date +%s%N\nnow\n[exit code 0]", False, 0, 0))]), off)
+    odd = ("real 'run_tests'", ("$ date +%s%N\nnow\n[exit code 0]", False, 0, 0))
+    wrong = compare(case, World(seen=[earlier, odd]), off)
     assert wrong and "no output a real run gives" in wrong[0]
 
 

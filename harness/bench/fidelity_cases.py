@@ -292,23 +292,24 @@ def near_miss(rng: random.Random, cid: str) -> Case:
     steps = history(rng, tree, rng.randint(0, 1))
     path = rng.choice(["a.py", "x.py", "data.txt", "pkg/mod.py"])
     total = tree.files[path].count("\n")
-    whole = {"path": path}
+    whole, read = {"path": path}, "read_file"
     menu: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
-        ("padded-path", whole, {"path": f" {path} "}, "read_file"),
-        ("dot-path", whole, {"path": f"./{path}"}, "read_file"),
-        ("abs-path", whole, {"path": f"%WS%/{path}"}, "read_file"),
-        ("symlink-dotdot", {"path": "x.py"}, {"path": "sub/../x.py"}, "read_file"),
-        ("start-zero", whole, {"path": path, "start_line": 0}, "read_file"),
-        ("start-negative", whole, {"path": path, "start_line": -3}, "read_file"),
-        ("start-string", whole, {"path": path, "start_line": str(rng.randint(1, 5))}, "read_file"),
-        ("range-strings", {"path": path, "start_line": 1, "end_line": 2}, {"path": path, "start_line": "1", "end_line": "2"}, "read_file"),
-        ("past-end", whole, {"path": path, "start_line": total + rng.randint(1, 50)}, "read_file"),
-        ("end-before-start", whole, {"path": path, "start_line": 3, "end_line": 1}, "read_file"),
-        ("bool-line", whole, {"path": path, "start_line": True}, "read_file"),
-        ("float-line", whole, {"path": path, "start_line": 1.0}, "read_file"),
-        ("extra-arg", whole, {"path": path, "verbose": True}, "read_file"),
-        ("missing-spelling", {"path": "nope.py"}, {"path": rng.choice(("./nope.py", " nope.py", "pkg/../nope.py"))}, "read_file"),
-        ("case", {"path": "a.py"}, {"path": "A.py"}, "read_file"),
+        ("padded-path", whole, {"path": f" {path} "}, read), ("dot-path", whole, {"path": f"./{path}"}, read),
+        ("abs-path", whole, {"path": f"%WS%/{path}"}, read),
+        ("symlink-dotdot", {"path": "x.py"}, {"path": "sub/../x.py"}, read),
+        ("start-zero", whole, {"path": path, "start_line": 0}, read),
+        ("start-negative", whole, {"path": path, "start_line": -3}, read),
+        ("start-string", whole, {"path": path, "start_line": str(rng.randint(1, 5))}, read),
+        ("range-strings", {"path": path, "start_line": 1, "end_line": 2},
+         {"path": path, "start_line": "1", "end_line": "2"}, read),
+        ("past-end", whole, {"path": path, "start_line": total + rng.randint(1, 50)}, read),
+        ("end-before-start", whole, {"path": path, "start_line": 3, "end_line": 1}, read),
+        ("bool-line", whole, {"path": path, "start_line": True}, read),
+        ("float-line", whole, {"path": path, "start_line": 1.0}, read),
+        ("extra-arg", whole, {"path": path, "verbose": True}, read),
+        ("missing-spelling", {"path": "nope.py"}, {"path": rng.choice(("./nope.py", " nope.py", "pkg/../nope.py"))},
+         read),
+        ("case", {"path": "a.py"}, {"path": "A.py"}, read),
         ("grep-path-int", {"pattern": "def", "path": "7"}, {"pattern": "def", "path": 7}, "grep"),
         ("grep-path-dotdot", {"pattern": "def"}, {"pattern": "def", "path": "sub/.."}, "grep"),
         ("depth-string", {"depth": 1}, {"depth": "1"}, "list_files"),
@@ -383,7 +384,7 @@ def env(rng: random.Random, cid: str) -> Case:
         ("tmp-fixture", 'test "$(cat %TMP%-fixture)" = 42 && echo PASS || { echo FAIL; exit 1; }'),
         ("loopback", "python3 -c \"import socket; s = socket.create_connection(('127.0.0.1', %PORT%), timeout=5); "
                      "print('PASS' if s.recv(16) == b'pong\\n' else 'FAIL')\""),
-        ("home-cache", "mkdir -p ~/.cache/tao-fid && echo cached > ~/.cache/tao-fid/entry && cat ~/.cache/tao-fid/entry"),
+        ("home-cache", "mkdir -p ~/.cache/tao-fid && echo cached > ~/.cache/tao-fid/entry && cat ~/.cache/tao-fid/*"),
         ("memory", "python3 -c \"import mmap; m = mmap.mmap(-1, 5 << 30); print('PASS')\""),
         ("hardlink-append", "echo more >> data_link.txt && cat data_link.txt"),
         ("hardlink-replace", "sed -i 's/1/one/' data_link.txt && cat data_link.txt"),
@@ -447,9 +448,11 @@ def tree_case(rng: random.Random, cid: str) -> Case:
     if pick == 0:
         label, call = "read", json_call("read_file", {"path": path})
     elif pick == 1:
-        label, call = "list", json_call("list_files", {"path": rng.choice(tree.dirs + tree.links), "depth": rng.randint(1, 4)})
+        where = rng.choice(tree.dirs + tree.links)
+        label, call = "list", json_call("list_files", {"path": where, "depth": rng.randint(1, 4)})
     elif pick == 2:
-        label, call = "grep", json_call("grep", {"pattern": rng.choice(WORDS + ("secret",)), "path": rng.choice([".", path])})
+        pattern = rng.choice(WORDS + ("secret",))
+        label, call = "grep", json_call("grep", {"pattern": pattern, "path": rng.choice([".", path])})
     else:
         p = q(path)
         label, call = "tests", json_call("run_tests", {"command": rng.choice((
