@@ -231,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from harness import cli_engine, cli_sandbox, cli_traces
     from harness.bench import cosched as bench_cosched
+    from harness.bench import fidelity as bench_fidelity
     from harness.bench import fuzz_traces as bench_fuzz_traces
     from harness.bench import live as bench_live
     from harness.bench import replay as bench_replay
@@ -248,6 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_engine.register_bench(bench_sub)
     bench_live.register(bench_sub)
     bench_cosched.register(bench_sub)
+    bench_fidelity.register(bench_sub)
     bench_fuzz_traces.register(bench_sub)
     bench_replay.register(bench_sub)
     bench_sandbox.register(bench_sub)
