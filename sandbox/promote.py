@@ -139,6 +139,7 @@ def _lstat_beneath(root: Path, rel: str) -> os.stat_result | None:
 
 
 def _identity(fd: int) -> tuple[int, int]:
+    """Device and inode of an open entry: what a directory is, whatever its name."""
     st = os.fstat(fd)
     return st.st_dev, st.st_ino
 
@@ -154,9 +155,11 @@ class _Cursor:
         self.ids = [_identity(self.fd)]
 
     def __enter__(self) -> _Cursor:
+        """The cursor, at the root."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the directory it holds."""
         os.close(self.fd)
 
     def at(self, parts: list[str]) -> int:
@@ -194,6 +197,7 @@ class _Cursor:
 
 
 def _lstat_at(fd: int, name: str) -> os.stat_result | None:
+    """lstat of `name` in the directory `fd`, None if there is no such entry."""
     try:
         return os.stat(name, dir_fd=fd, follow_symlinks=False)
     except FileNotFoundError:

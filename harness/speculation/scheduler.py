@@ -205,6 +205,7 @@ class SpeculationScheduler:
         return started
 
     def _admit(self, candidate: Candidate, version: int) -> bool:
+        """Whether a candidate may start now: runnable ahead of the model, new, likely, paid for, in budget."""
         tool = self.tools.get(candidate.name)
         if tool is None or tool.effect is Effect.MUTATING or candidate.name == "finish":
             return False
@@ -236,6 +237,7 @@ class SpeculationScheduler:
         return seen[1] if seen is not None and seen[0] == version else None
 
     def _start(self, candidate: Candidate, moment: str, version: int) -> Speculation:
+        """Start one candidate's run and say so."""
         self._count += 1
         spec = Speculation(f"s{self._count}", candidate, candidate.key,
                            exact_call(candidate.name, candidate.arguments), version, time.monotonic())
@@ -250,6 +252,7 @@ class SpeculationScheduler:
         return spec
 
     async def _run(self, spec: Speculation) -> Observation:
+        """Run the candidate as the tool would for real: pure ones on the workspace, sandboxed in an overlay."""
         tool = self.tools[spec.candidate.name]
         args = spec.candidate.arguments
         try:
@@ -282,6 +285,7 @@ class SpeculationScheduler:
             return None
 
     async def _take(self, call: ParsedCall, arrived: float) -> Observation | None:
+        """`take` itself: validate the real call, then a repeat, an exact speculation or a range of a read."""
         version = self.workspace.refresh()
         self._drop_stale(version)
         tool = self.tools.get(call.name) if isinstance(call.name, str) else None
@@ -356,6 +360,7 @@ class SpeculationScheduler:
         return spec, await run_tool(Rendered(tool, spec.file), args, self.workspace)  # type: ignore[arg-type]
 
     def _promote(self, spec: Speculation, call: ParsedCall, arrived: float, sliced: bool) -> None:
+        """Book a speculation as used for `call`: the time it hid, and the event that says so."""
         finished = spec.finished or time.monotonic()
         saved = max(0.0, min(finished, arrived) - spec.started)
         waited = max(0.0, finished - arrived)
