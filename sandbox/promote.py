@@ -39,14 +39,13 @@ class _NotThere(PromotionRefused):
 def hard_links(root: Path, changes: Iterable[Change]) -> list[str]:
     """Changes the real run would have made through or with hard links, which promotion cannot reproduce.
 
-    A changed or deleted real file with other links (overlayfs broke the link on copy-up: the real run
-    writes through it, maybe into a file outside the workspace), and a file the run linked (promotion would
-    place separate copies). A run with any is not like the real one: its speculation is tainted.
+    A changed, touched or deleted real file with other links (overlayfs broke the link on copy-up: the real
+    run writes through it, maybe into a file outside the workspace), and an entry the run linked, a file or
+    a symlink (promotion would place separate copies). A run with any is not like the real one: its
+    speculation is tainted.
     """
     reasons: list[str] = []
     for change in changes:
-        if change.kind == ChangeKind.TOUCHED:
-            continue
         real = _lstat_beneath(root, change.path)
         if real is not None and stat.S_ISREG(real.st_mode) and real.st_nlink > 1:
             reasons.append(f"changed a hard-linked file: {change.path} ({real.st_nlink} links)")
@@ -54,7 +53,7 @@ def hard_links(root: Path, changes: Iterable[Change]) -> list[str]:
             new = os.lstat(change.source) if change.source is not None else None
         except OSError:
             continue
-        if new is not None and stat.S_ISREG(new.st_mode) and new.st_nlink > 1:
+        if new is not None and not stat.S_ISDIR(new.st_mode) and new.st_nlink > 1:
             reasons.append(f"made a hard link: {change.path} ({new.st_nlink} links)")
     return reasons
 
@@ -66,8 +65,9 @@ def refusals(root: Path, changes: Iterable[Change]) -> list[str]:
     symlink, an entry gone from the overlay, a renamed directory whose old content would be needed after
     its old paths were replaced.
     """
-    changes = [c for c in changes if c.kind != ChangeKind.TOUCHED]
+    changes = list(changes)
     reasons = hard_links(root, changes)
+    changes = [c for c in changes if c.kind != ChangeKind.TOUCHED]
     for change in changes:
         if change.source is None:
             continue
@@ -90,19 +90,23 @@ def apply_changes(root: Path, changes: Iterable[Change]) -> int:
     Raises PromotionRefused, before writing anything, when `refusals` finds a reason; and while writing
     if a directory of the path turned out to be a symlink or a file in the real tree.
     """
-    changes = [c for c in changes if c.kind != ChangeKind.TOUCHED]
+    changes = list(changes)
     reasons = refusals(root, changes)
     if reasons:
         raise PromotionRefused(f"the run's changes cannot be promoted into {root}: {'; '.join(reasons)}; "
                                "run the call for real instead")
     deleted = sorted((c for c in changes if c.kind == ChangeKind.DELETED), key=lambda c: -c.path.count("/"))
-    written = sorted((c for c in changes if c.kind != ChangeKind.DELETED), key=lambda c: c.path.count("/"))
+    written = sorted((c for c in changes if c.kind in (ChangeKind.CREATED, ChangeKind.MODIFIED)),
+                     key=lambda c: c.path.count("/"))
     with _Cursor(root) as cursor:
         for change in deleted:
             _remove(cursor, _parts(change.path))
         for change in written:
             assert change.source is not None
             _place(cursor, change.source, _parts(change.path))
+        for change in changes:
+            if change.kind == ChangeKind.TOUCHED and change.source is not None:
+                _retouch(cursor, change.source, _parts(change.path))
     return len(deleted) + len(written)
 
 
@@ -264,6 +268,36 @@ def _place(cursor: _Cursor, source: Path, parts: list[str]) -> None:
     else:
         raise PromotionRefused(f"{'/'.join(parts)}: cannot promote a {stat.filemode(st.st_mode)[0]!r} entry "
                                "(device, fifo or socket) from an overlay; the speculation is not used")
+
+
+def _retouch(cursor: _Cursor, source: Path, parts: list[str]) -> None:
+    """A touched entry kept its bytes and mode: give the real one the owner (and a file the times) the run
+    gave it (a chown or a touch), where permitted."""
+    st = os.lstat(source)
+    parent, name = cursor.at(parts[:-1]), parts[-1]
+    real = _lstat_at(parent, name)
+    if real is None or stat.S_IFMT(real.st_mode) != stat.S_IFMT(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return
+    if stat.S_ISLNK(st.st_mode):
+        if (real.st_uid, real.st_gid) != (st.st_uid, st.st_gid):
+            try:
+                os.chown(name, st.st_uid, st.st_gid, dir_fd=parent, follow_symlinks=False)
+            except PermissionError:
+                pass
+        return
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+    except OSError:
+        return  # not ours to open: as the real run's user would have left it
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            if (real.st_uid, real.st_gid) != (st.st_uid, st.st_gid):
+                _own(fd, st)
+            os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+    except PermissionError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _own(fd: int, st: os.stat_result) -> None:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from sandbox import ChangeKind, Overlay, Workspace
 from sandbox.changes import Change
-from sandbox.promote import PromotionRefused, apply_changes
+from sandbox.promote import PromotionRefused, apply_changes, hard_links
 from tests.test_sandbox_property import op
 
 
@@ -74,6 +74,33 @@ async def test_a_change_to_a_hard_linked_file_is_refused_and_nothing_outside_is_
         await overlay.discard()
     assert outside.read_text() == "outside\n" and os.stat(outside).st_nlink == 2
     assert not (root / "fresh.txt").exists(), "a refused promotion writes nothing at all"
+
+
+async def test_a_hard_link_the_run_made_is_never_promoted_as_copies(tmp_path: Path) -> None:
+    """Promotion would place separate entries where the real run linked one inode (a file or a symlink)."""
+    root = small_tree(tmp_path / "work")
+    overlay, changes = await overlay_run(root, "ln -P link link2 && ln README.md readme2")
+    try:
+        reasons = hard_links(root, changes)
+        with pytest.raises(PromotionRefused):
+            apply_changes(root, changes)
+    finally:
+        await overlay.discard()
+    assert any("link2" in r for r in reasons) and any("readme2" in r for r in reasons)
+    assert not (root / "link2").exists() and not (root / "readme2").exists()
+
+
+async def test_an_owner_change_alone_is_promoted(tmp_path: Path) -> None:
+    """chown keeps the bytes and the mode: the overlay lists the file as touched, yet the real run changes it."""
+    root = small_tree(tmp_path / "work")
+    overlay, changes = await overlay_run(root, "chown 4327:4328 run.sh && chown -h 4329:4330 link")
+    try:
+        apply_changes(root, changes)
+    finally:
+        await overlay.discard()
+    run, link = os.lstat(root / "run.sh"), os.lstat(root / "link")
+    assert (run.st_uid, run.st_gid, stat.S_IMODE(run.st_mode)) == (4327, 4328, 0o755)
+    assert (link.st_uid, link.st_gid) == (4329, 4330)
 
 
 async def test_promotion_carries_owner_mode_and_bytes(tmp_path: Path) -> None:
