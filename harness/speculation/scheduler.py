@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import os
 import time
 from collections.abc import Callable
@@ -39,6 +40,7 @@ from tools import run_tool
 from tools.base import Effect, Observation, Tool
 from tools.textfile import TextFile
 
+_log = logging.getLogger(__name__)
 FAILED = "its run failed or went stale"
 OTHER = "not the model's call"
 
@@ -281,6 +283,8 @@ class SpeculationScheduler:
         try:
             return await self._take(call, arrived)
         except Exception as exc:  # noqa: BLE001 - a speculation is only ever a shortcut
+            _log.warning("speculation could not match %s: %s: %s; the call runs for real", call.call_id,
+                         type(exc).__name__, exc, exc_info=exc)  # a bug in Tao, shown, never the model's problem
             self.discard_all(f"the call could not be matched ({type(exc).__name__}: {exc})"[:300])
             return None
 
