@@ -60,7 +60,8 @@ def whole_read(tool: Tool, args: dict[str, Any]) -> str | None:
 
 async def kept_file(tool: ReadFile, path: str, observation: Observation, workspace: Workspace) -> TextFile | None:
     """The file a speculated whole read showed, kept to render line ranges from; None where the tool's own
-    rendering of it does not give exactly `observation` (an error, or a tool that reads another way)."""
+    rendering of it does not give exactly `observation`, facts included (an error, or a tool that reads
+    another way or records more than its rendering does)."""
     if observation.is_error:
         return None
     try:
@@ -68,8 +69,8 @@ async def kept_file(tool: ReadFile, path: str, observation: Observation, workspa
     except Exception:  # noqa: BLE001 - no file to keep: ranges are then run for real
         return None
     again = await run_tool(Rendered(tool, file), {"path": path}, workspace)  # type: ignore[arg-type]
-    same = (again.text, again.is_error, again.exit_code, again.truncated_chars) == (
-        observation.text, observation.is_error, observation.exit_code, observation.truncated_chars)
+    same = (again.text, again.is_error, again.exit_code, again.truncated_chars, again.data) == (
+        observation.text, observation.is_error, observation.exit_code, observation.truncated_chars, observation.data)
     return file if same else None
 
 
