@@ -21,7 +21,8 @@ import pytest
 from harness.bench import fidelity
 from harness.bench.fidelity import Verdict, World, compare, run_cases
 from harness.bench.fidelity_tree import Places, Snapshot, build, diff_trees, remove, snapshot
-from harness.bench.fidelity_cases import KINDS, Call, Case, Entry, case_by_id, generate
+from harness.bench.fidelity_cases import Call, Case, Entry
+from harness.bench.fidelity_kinds import KINDS, case_by_id, generate
 from harness.speculation.scheduler import SpeculationScheduler
 
 SEED = 21
@@ -147,6 +148,7 @@ def test_a_nondeterministic_call_is_judged_by_its_pattern_and_never_stale() -> N
 
 
 async def judged(case: Case, base: Path) -> Verdict:
+    """The verdict of one case, run alone."""
     [verdict] = await run_cases([case], base)
     return verdict
 
@@ -155,6 +157,7 @@ async def test_a_promotion_that_returns_something_else_is_a_difference(base: Pat
     take = SpeculationScheduler.take
 
     async def lying_take(self: SpeculationScheduler, call: Any) -> Any:
+        """The real take, with one character added to what it promotes."""
         observation = await take(self, call)
         return dataclasses.replace(observation, text=observation.text + "!") if observation is not None else None
 
@@ -168,6 +171,7 @@ async def test_a_speculation_that_writes_the_real_tree_is_an_escape(base: Path, 
     run = SpeculationScheduler._run
 
     async def escaping_run(self: SpeculationScheduler, spec: Any) -> Any:
+        """Write the real tree, then run as usual."""
         with open(self.workspace.root / "b.txt", "a") as handle:
             handle.write("written by a speculation\n")
         return await run(self, spec)
@@ -179,6 +183,7 @@ async def test_a_speculation_that_writes_the_real_tree_is_an_escape(base: Path, 
 
 async def test_an_exception_out_of_the_scheduler_is_a_crash(base: Path, monkeypatch) -> None:
     async def broken_take(self: SpeculationScheduler, call: Any) -> Any:
+        """Fail as a bug in the scheduler would."""
         raise RuntimeError("broken on purpose")
 
     monkeypatch.setattr(SpeculationScheduler, "take", broken_take)

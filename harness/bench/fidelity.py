@@ -1,6 +1,6 @@
 """`tao bench fidelity`: is a promoted speculation exactly what the real run would have given?
 
-For every generated case (harness.bench.fidelity_cases) two worlds run one after the other, at the same
+For every generated case (harness.bench.fidelity_kinds) two worlds run one after the other, at the same
 absolute path and each from a fresh copy of the same tree:
 
     off: the earlier calls, then the model's real call, through a Session without speculation;
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import re
 import socketserver
@@ -44,10 +45,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import emit, machine
-from harness.bench.fidelity_cases import ESCAPE_MARK, KINDS, Call, Case, Outside, call_dict, case_by_id, generate
+from harness.bench.fidelity_cases import ESCAPE_MARK, Call, Case, Outside, call_dict
+from harness.bench.fidelity_kinds import KINDS, case_by_id, generate
 from harness.bench.fidelity_tree import Places, Snapshot, Trash, build, clear, diff_trees, excerpt, remove, snapshot
 from harness.engine.replay import Recording, ReplayEngine
-from harness.events import Event, SpecPromote
+from harness.events import Event, SpecPromote, SpecToggle
 from harness.protocol import ParsedCall
 from harness.session import Session
 from harness.speculation.canonical import canonical
@@ -82,6 +84,7 @@ class OneCandidate:
     promotion, not prediction (tests/test_patterns_* cover that)."""
 
     def __init__(self, call: Call, root: str) -> None:
+        """The candidate as the real analyzer would build it: keyed by its canonical form."""
         action = canonical(call.name, call.arguments, root)
         self.candidate = Candidate(call.name, call.arguments, action.key, action.kind, action.effect, 0.9, 1.0, 0.1,
                                    0.9, "fidelity bench")
@@ -90,6 +93,7 @@ class OneCandidate:
         """Nothing to learn."""
 
     def predict(self, moment: str = "a", partial: Any = None, k: int = 3) -> list[Candidate]:
+        """The case's candidate, whatever the moment."""
         return [self.candidate][:k]
 
 
@@ -103,6 +107,7 @@ class World:
     crash: str | None = None
     escapes: list[str] = field(default_factory=list)
     spec_errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what Tao logged at WARNING or above
 
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -133,6 +138,7 @@ async def tao(stage: str, awaitable: Any) -> Any:
 
 
 def label_of(call: Call, call_id: str) -> str:
+    """How a call is named in the report: its id and tool name."""
     return f"{call_id} {call.name[:40]!r}"
 
 
@@ -183,6 +189,31 @@ def after_speculation(specs: list[Any], world: World) -> None:
                           if ESCAPE_MARK in line]
 
 
+class Warnings(logging.Handler):
+    """Collects the warnings Tao logs while a world runs (a session that turns broken speculation off says why)."""
+
+    def __init__(self) -> None:
+        """Listen to every logger of Tao's rooms."""
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep the message."""
+        self.lines.append(f"{record.name}: {record.getMessage()}"[:300])
+
+    def __enter__(self) -> Warnings:
+        for name in ROOMS:
+            logging.getLogger(name).addHandler(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name in ROOMS:
+            logging.getLogger(name).removeHandler(self)
+
+
+ROOMS = ("harness", "tools", "sandbox")
+
+
 async def run_world(case: Case, places: Places, speculating: bool, keep: Path | None = None) -> World:
     """Build the tree, make the calls as a session does (with or without speculation), snapshot the result."""
     world = World()
@@ -192,30 +223,19 @@ async def run_world(case: Case, places: Places, speculating: bool, keep: Path | 
     os.environ["HOME"] = str(places.root / "home")
     workspace = Workspace(places.ws)
     session: Session | None = None
-    try:
+    with Warnings() as warnings:
         try:
-            analyzer = OneCandidate(Call(case.candidate.name, places.fill(case.candidate.arguments)),
-                                    str(workspace.root)) if speculating else None
-            session = Session("fidelity case", ReplayEngine(Recording([])), workspace,
-                              default_tools(bash_timeout=CALL_TIMEOUT / 2, test_timeout=CALL_TIMEOUT / 2),
-                              sinks=[events.append], analyzer=analyzer, warm=False)
-        except Exception as exc:  # noqa: BLE001
-            raise Crashed(crash_text("candidate and session", exc)) from exc
-        for index, step in enumerate(case.history):
-            if isinstance(step, Outside):
-                with open(places.root / places.fill(step.path), "a") as handle:  # in place: the same inode
-                    handle.write(step.data)
-            else:
-                world.seen.append(await act(session, step, f"h{index}", index + 1, places))
-        if speculating:
-            specs = await speculate(session, case, places, world)
-        world.seen.append(await act(session, case.real, "real", len(case.history) + 1, places))
-    except Crashed as crash:
-        world.crash = str(crash)
-    finally:
-        await close(session, world)
-        workspace.close()
+            session = new_session(case, places, workspace, events, speculating)
+            specs = await make_calls(session, case, places, world, speculating)
+        except Crashed as crash:
+            world.crash = str(crash)
+        finally:
+            await close(session, world)
+            workspace.close()
     after_speculation(specs, world)
+    if any(isinstance(e, SpecToggle) and not e.enabled for e in events):  # the session's safety net caught it
+        world.spec_errors.append("speculation failed and the session turned it off: " + "; ".join(warnings.lines))
+    world.warnings = warnings.lines
     world.served = {e.call_id: "repeat" if e.spec_id == "repeat" else "sliced" if e.sliced else "promoted"
                     for e in events if isinstance(e, SpecPromote)}
     world.tree = snapshot(places)
@@ -224,6 +244,33 @@ async def run_world(case: Case, places: Places, speculating: bool, keep: Path | 
         keep.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["cp", "-a", str(places.root), str(keep)], check=True)
     return world
+
+
+def new_session(case: Case, places: Places, workspace: Workspace, events: list[Event], speculating: bool) -> Session:
+    """A session over the case's workspace, with the one-candidate analyzer when speculating."""
+    try:
+        analyzer = OneCandidate(Call(case.candidate.name, places.fill(case.candidate.arguments)),
+                                str(workspace.root)) if speculating else None
+        return Session("fidelity case", ReplayEngine(Recording([])), workspace,
+                       default_tools(bash_timeout=CALL_TIMEOUT / 2, test_timeout=CALL_TIMEOUT / 2),
+                       sinks=[events.append], analyzer=analyzer, warm=False)
+    except Exception as exc:  # noqa: BLE001
+        raise Crashed(crash_text("candidate and session", exc)) from exc
+
+
+async def make_calls(session: Session, case: Case, places: Places, world: World, speculating: bool) -> list[Any]:
+    """The earlier calls (and outside edits), the speculation, then the real call; returns the speculations."""
+    specs: list[Any] = []
+    for index, step in enumerate(case.history):
+        if isinstance(step, Outside):
+            with open(places.root / places.fill(step.path), "a") as handle:  # in place: the same inode
+                handle.write(step.data)
+        else:
+            world.seen.append(await act(session, step, f"h{index}", index + 1, places))
+    if speculating:
+        specs = await speculate(session, case, places, world)
+    world.seen.append(await act(session, case.real, "real", len(case.history) + 1, places))
+    return specs
 
 
 async def close(session: Session | None, world: World) -> None:
@@ -252,10 +299,12 @@ class Verdict:
     escapes: list[str] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
     unstable: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # logged by Tao; shown, not counted against it
     seconds: float = 0.0
 
     @property
     def failed(self) -> bool:
+        """True when the case counts against the guarantee (a difference, an escape or a crash)."""
         return bool(self.differences or self.escapes or self.crashes)
 
 
@@ -286,6 +335,7 @@ async def judge(case: Case, places: Places, keep: Path | None = None) -> Verdict
     verdict = Verdict(case, on.served.get("real"), sum(1 for cid in on.served if cid != "real"),
                       escapes=on.escapes)
     verdict.crashes = [f"{name} world, {world.crash}" for name, world in (("off", off), ("on", on)) if world.crash]
+    verdict.warnings = [f"{name} world: {line}" for name, world in (("off", off), ("on", on)) for line in world.warnings]
     verdict.crashes += [f"on world, {error}" for error in on.spec_errors]  # the scheduler hides them: the
     #   call then runs for real, but nothing of that kind is ever promoted, so nothing of it is compared
     if not (off.crash or on.crash) and (mismatch := compare(case, on, off)):
@@ -323,8 +373,11 @@ class Loopback(socketserver.ThreadingTCPServer):
     daemon_threads = True
 
     def __init__(self) -> None:
+        """Listen on a free loopback port and serve from a thread of its own."""
+
         class Pong(socketserver.BaseRequestHandler):
             def handle(self) -> None:
+                """Answer every connection with one line."""
                 self.request.sendall(b"pong\n")
 
         super().__init__(("127.0.0.1", 0), Pong)
@@ -379,7 +432,7 @@ def example(verdict: Verdict, lines: list[str]) -> dict[str, Any]:
                         for s in case.history]}
 
 
-CLASSES = ("differences", "escapes", "crashes", "unstable")
+CLASSES = ("differences", "escapes", "crashes", "unstable", "warnings")
 
 
 def report(verdicts: list[Verdict], seed: int, seconds: float) -> dict[str, Any]:

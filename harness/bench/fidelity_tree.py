@@ -34,14 +34,17 @@ class Places:
 
     @property
     def root(self) -> Path:
+        """The case root: `ws/`, `out/` and `home/` live in it."""
         return self.base / "case"
 
     @property
     def ws(self) -> Path:
+        """The workspace."""
         return self.root / "ws"
 
     @property
     def state(self) -> Path:
+        """The overlay state base of the run (TAO_OVERLAY_DIR)."""
         return self.base / "overlays"
 
     def fill(self, value: Any) -> Any:
@@ -76,6 +79,7 @@ def remove(path: Path) -> None:
         return
 
     def fix(func: Any, failed: str, _exc: Any) -> None:
+        """Open up what a test locked (modes) and delete it again."""
         os.chmod(os.path.dirname(failed), 0o700)
         if os.path.isdir(failed) and not os.path.islink(failed):
             os.chmod(failed, 0o700)
@@ -90,6 +94,7 @@ class Trash:
     """Deletes old case trees in a thread of its own, so the next case need not wait for it."""
 
     def __init__(self, base: Path) -> None:
+        """Start the deleting thread; trees wait under `base/trash`."""
         self.base, self.count = base / "trash", 0
         self.base.mkdir(parents=True, exist_ok=True)
         self.queue: queue.Queue[Path | None] = queue.Queue()
@@ -104,6 +109,7 @@ class Trash:
             self.queue.put(self.base / str(self.count))
 
     def _work(self) -> None:
+        """Delete what is put here until told to stop (None)."""
         while (path := self.queue.get()) is not None:
             remove(path)
 
