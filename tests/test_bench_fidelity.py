@@ -21,9 +21,10 @@ import pytest
 from harness.bench import fidelity
 from harness.bench.fidelity import Verdict, World, compare, run_cases
 from harness.bench.fidelity_tree import Places, Snapshot, build, diff_trees, remove, snapshot
-from harness.bench.fidelity_cases import Call, Case, Entry
+from harness.bench.fidelity_cases import Call, Case, Entry, Outside
 from harness.bench.fidelity_kinds import KINDS, case_by_id, generate
 from harness.speculation.scheduler import SpeculationScheduler
+from sandbox import Workspace
 
 SEED = 21
 SMALL_RUN = 150  # 25 cases of each kind: about half a minute on a busy 2-core machine
@@ -179,6 +180,15 @@ async def test_a_speculation_that_writes_the_real_tree_is_an_escape(base: Path, 
     monkeypatch.setattr(SpeculationScheduler, "_run", escaping_run)
     verdict = await judged(simple_case(Call("run_tests", {"command": "cat b.txt"})), base)
     assert any(line.startswith("while speculating: ws/b.txt: bytes") for line in verdict.escapes), verdict
+
+
+async def test_a_stale_promotion_after_an_edit_behind_taos_back_is_a_difference(base: Path, monkeypatch) -> None:
+    # The workspace no longer notices outside changes: the read speculated before the edit is served stale.
+    monkeypatch.setattr(Workspace, "refresh", lambda self: self._version)
+    call = Call("read_file", {"path": "a.py"})
+    verdict = await judged(simple_case(call, history=(Outside("ws/a.py", "z = 3\n"),), late=1), base)
+    assert verdict.served == "promoted" and verdict.differences, verdict
+    assert "z = 3" in verdict.differences[0]
 
 
 async def test_an_exception_out_of_the_scheduler_is_a_crash(base: Path, monkeypatch) -> None:

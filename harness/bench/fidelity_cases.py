@@ -63,11 +63,13 @@ class Case:
     real: Call
     wait: bool = True
     expect: str | None = None
+    late: int = 0  # the last `late` steps of the history (outside edits) come after the speculation has run
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready form (the --keep files, the examples of a report)."""
         step = lambda s: {"outside": s.path, "data": s.data} if isinstance(s, Outside) else call_dict(s)  # noqa: E731
         return {"id": self.id, "kind": self.kind, "label": self.label, "wait": self.wait, "expect": self.expect,
+                "late": self.late,
                 "tree": [[e.path, e.type, e.data, oct(e.mode)] for e in self.tree],
                 "history": [step(s) for s in self.history], "candidate": call_dict(self.candidate),
                 "real": call_dict(self.real)}
@@ -244,10 +246,19 @@ def with_repeat(rng: random.Random, steps: list[Step], call: Call, chance: float
 
 
 def case(cid: str, kind: str, label: str, tree: Tree, steps: tuple[Step, ...] | list[Step], candidate: Call,
-         real: Call | None = None, rng: random.Random | None = None, expect: str | None = None) -> Case:
+         real: Call | None = None, rng: random.Random | None = None, expect: str | None = None, late: int = 0) -> Case:
     """A case; the speculation is waited for before the real call most of the time."""
     wait = rng.random() < 0.85 if rng is not None else True
-    return Case(cid, kind, label, tuple(tree.entries), tuple(steps), candidate, real or candidate, wait, expect)
+    return Case(cid, kind, label, tuple(tree.entries), tuple(steps), candidate, real or candidate, wait, expect,
+                late)
+
+
+def edited_late(rng: random.Random, tree: Tree, steps: tuple[Step, ...], call: Call) -> tuple[tuple[Step, ...], int]:
+    """Now and then, an edit made behind Tao's back after the speculation ran: to the file the call reads."""
+    path = call.arguments.get("path")
+    if rng.random() > 0.15 or not isinstance(path, str) or path not in tree.files:
+        return steps, 0
+    return (*steps, Outside(f"ws/{path}", "# edited behind Tao's back\n")), 1
 
 
 def run_output(command: str, body: str, code: int = 0) -> str:

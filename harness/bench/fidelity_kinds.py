@@ -14,8 +14,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from harness.bench.fidelity_cases import (WORDS, Case, Outside, Tree, case, history, json_call, project, pure_call, q,
-                                          run_output, test_command, text_lines, with_repeat)
+from harness.bench.fidelity_cases import (WORDS, Case, Outside, Tree, case, edited_late, history, json_call, project,
+                                          pure_call, q, run_output, test_command, text_lines, with_repeat)
 
 KINDS = ("valid", "near-miss", "invalid", "env", "tree", "hostile")
 
@@ -30,8 +30,10 @@ def valid(rng: random.Random, cid: str) -> Case:
     label, call = pure_call(rng, tree)
     if label == "read-range" and rng.random() < 0.5:
         whole = json_call("read_file", {"path": call.arguments["path"]})
-        return case(cid, "valid", "slice", tree, steps, whole, call, rng)
-    return case(cid, "valid", label, tree, with_repeat(rng, steps, call), call, rng=rng)
+        late_steps, late = edited_late(rng, tree, tuple(steps), call)
+        return case(cid, "valid", "slice", tree, late_steps, whole, call, rng, late=late)
+    late_steps, late = edited_late(rng, tree, with_repeat(rng, steps, call), call)
+    return case(cid, "valid", label, tree, late_steps, call, rng=rng, late=late)
 
 
 def _spaced(rng: random.Random, command: str) -> tuple[str, str]:
@@ -151,6 +153,8 @@ def env(rng: random.Random, cid: str) -> Case:
         ("hardlink-replace", "sed -i 's/1/one/' data_link.txt && cat data_link.txt"),
         ("hardlink-inside", "echo more >> h1.txt && cat h2.txt"),
         ("hardlink-stale", "cat data_link.txt"),
+        ("hardlink-late", "cat data_link.txt"),
+        ("edit-late", "cat data.txt"),
         ("tmp-write", "echo written > %TMP%-w && cat %TMP%-w"),
         ("outside-write", "echo log >> %OUT%/log.txt && echo PASS"),
         ("bash-output", "cat count.txt"),
@@ -167,13 +171,18 @@ def env(rng: random.Random, cid: str) -> Case:
         if rng.random() < 0.5:
             call = json_call("read_file", {"path": "data_link.txt"})
             steps[-2] = call
+    late = 0
+    if label in ("hardlink-late", "edit-late"):  # changed behind Tao's back after the speculation ran
+        call = call if rng.random() < 0.5 else json_call("read_file", {"path": command.split()[-1]})
+        steps.append(Outside("out/data.txt" if label == "hardlink-late" else "ws/data.txt", "changed outside\n"))
+        late = 1
     expect = None
     if label in ("random", "time"):
         expect = run_output(command, "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}" if label == "random"
                             else "[0-9]{19}")
         if rng.random() < 0.5:
             steps.append(call)  # the same command ran before: a repeat must not answer it
-    return case(cid, "env", label, tree, steps, call, rng=rng, expect=expect)
+    return case(cid, "env", label, tree, steps, call, rng=rng, expect=expect, late=late)
 
 
 def random_tree(rng: random.Random) -> Tree:

@@ -218,12 +218,14 @@ async def make_calls(session: Session, case: Case, places: Places, world: World,
     """The earlier calls (and outside edits), the speculation, then the real call; returns the speculations."""
     specs: list[Any] = []
     for index, step in enumerate(case.history):
+        if speculating and index == len(case.history) - case.late:
+            specs = await speculate(session, case, places, world)
         if isinstance(step, Outside):
             with open(places.root / places.fill(step.path), "a") as handle:  # in place: the same inode
                 handle.write(step.data)
         else:
             world.seen.append(await act(session, step, f"h{index}", index + 1, places))
-    if speculating:
+    if speculating and not case.late:
         specs = await speculate(session, case, places, world)
     world.seen.append(await act(session, case.real, "real", len(case.history) + 1, places))
     return specs
