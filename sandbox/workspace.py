@@ -8,27 +8,22 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from sandbox.beneath import BadPath, WorkspaceEscape, real_path
 from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, run_process
 from sandbox.watch import TreeWatcher
 
 if TYPE_CHECKING:
     from sandbox.overlay import Overlay
 
-
-class WorkspaceEscape(ValueError):
-    """A path that would leave the workspace (through `..`, an absolute path, or a symlink)."""
+__all__ = ["BadPath", "Workspace", "WorkspaceEscape", "confine", "relative_to"]
 
 
 def confine(root: Path, path: str | os.PathLike[str]) -> Path:
-    """The real path of `path` (relative to root, or absolute) if it stays inside root, else WorkspaceEscape."""
-    raw = Path(path)
-    candidate = raw if raw.is_absolute() else root / raw
-    real = Path(os.path.realpath(candidate))
-    if real != root and root not in real.parents:
-        raise WorkspaceEscape(
-            f"path {str(path)!r} resolves to {real}, outside the workspace {root}; use a path inside the workspace"
-        )
-    return real
+    """The real path of `path` (relative to root, or absolute) if it stays inside root, else WorkspaceEscape.
+
+    A name only, for messages and keys: open files through `sandbox.beneath`, which cannot be raced out
+    of the root between a check and an open. BadPath (a ValueError) for a NUL byte and the like."""
+    return real_path(root, path)
 
 
 def relative_to(root: Path, path: Path) -> str:
@@ -55,6 +50,7 @@ class Workspace:
         self._version = 0
         self._watch_mode = watch
         self._watcher: TreeWatcher | None = None
+        self._seen: dict[str, str] = {}  # workspace-relative path -> digest of the content the model last saw
 
     @property
     def version(self) -> int:
@@ -96,11 +92,23 @@ class Workspace:
             weakref.finalize(self, self._watcher.close)
         return self._watcher
 
+    def note_seen(self, path: object, digest: object) -> None:
+        """Record that the model was shown `path` (workspace-relative) with content of this digest.
+
+        Call it only for observations actually delivered to the model (never for a speculative run):
+        edit_file refuses to edit a file whose content differs from what the model last saw."""
+        if isinstance(path, str) and isinstance(digest, str):
+            self._seen[path] = digest
+
+    def seen(self, path: str) -> str | None:
+        """The digest of `path`'s content as the model last saw it; None if it never saw the file."""
+        return self._seen.get(path)
+
     def resolve(self, path: str | os.PathLike[str] = ".") -> Path:
         """Map a workspace-relative (or absolute, inside the root) path to a real path inside the root.
 
         Symlinks are followed before the check, so a link pointing outside is refused like `..` is.
-        The path need not exist yet (write_file creates files).
+        The path need not exist yet (write_file creates files). A name only: see `confine`.
         """
         return confine(self.root, path)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,8 @@ async def test_read_whole_file_numbered_like_cat_n(ws):
     obs = await run_tool(ReadFile(), {"path": "src/app.py"}, ws)
     assert not obs.is_error
     assert obs.text == "     1\timport os\n     2\t\n     3\tdef main():\n     4\t    pass"
-    assert obs.data == {"path": "src/app.py", "start_line": 1, "end_line": 4, "total_lines": 4}
+    assert obs.data == {"path": "src/app.py", "start_line": 1, "end_line": 4, "total_lines": 4,
+                        "digest": hashlib.sha256(b"import os\n\ndef main():\n    pass\n").hexdigest()}
 
 
 async def test_read_range_is_inclusive_and_says_what_it_shows(ws):

@@ -9,10 +9,13 @@ Importing this package starts nothing (the bash tool's shell starts on its first
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import Any
 
 from sandbox import Workspace, WorkspaceEscape
-from tools.base import Effect, Observation, Tool, ToolError, observe
+from sandbox.beneath import BadPath
+from tools.base import Effect, Observation, Tool, ToolError, call_deadline, observe
 from tools.editing import EditFile, WriteFile
 from tools.finish import Finish
 from tools.grep import Grep
@@ -21,55 +24,84 @@ from tools.reading import ListFiles, ReadFile
 from tools.run_tests import DEFAULT_TEST_TIMEOUT, RunTests
 from tools.schema import coerce_args, validate_args
 from tools.shell import DEFAULT_BASH_TIMEOUT, Bash
+from tools.textfile import spell
+
+_log = logging.getLogger(__name__)
+_CANCEL_PATIENCE = 5.0  # seconds a timed-out call gets to wind down after it is cancelled
 
 __all__ = [
     "Bash", "EditFile", "Effect", "Finish", "Grep", "ListFiles", "Observation", "Outline", "ReadFile",
-    "RunTests", "Tool", "ToolError", "WriteFile", "default_tools", "run_tool", "tool_specs",
+    "RunTests", "Tool", "ToolError", "WriteFile", "call_deadline", "default_tools", "run_tool", "tool_specs",
 ]
 
 
 def default_tools(*, test_command: str | None = None, bash_timeout: float = DEFAULT_BASH_TIMEOUT,
-                  test_timeout: float = DEFAULT_TEST_TIMEOUT) -> list[Tool]:
-    """Fresh instances for one session (the bash tool holds that session's shell; close it at the end)."""
+                  test_timeout: float = DEFAULT_TEST_TIMEOUT, tool_timeout: float | None = None) -> list[Tool]:
+    """Fresh instances for one session (the bash tool holds that session's shell; close it at the end).
+
+    `tool_timeout` bounds each call of the tools without a timeout of their own (all but bash and
+    run_tests); None: DEFAULT_TOOL_TIMEOUT (GREP_TIMEOUT for grep), read when the call runs."""
     return [
-        ReadFile(),
-        ListFiles(),
-        Grep(),
-        Outline(),
-        EditFile(),
-        WriteFile(),
+        ReadFile(timeout=tool_timeout),
+        ListFiles(timeout=tool_timeout),
+        Grep(timeout=tool_timeout),
+        Outline(timeout=tool_timeout),
+        EditFile(timeout=tool_timeout),
+        WriteFile(timeout=tool_timeout),
         RunTests(timeout=test_timeout, default_command=test_command),
         Bash(timeout=bash_timeout),
-        Finish(),
+        Finish(timeout=tool_timeout),
     ]
 
 
 async def run_tool(tool: Tool, args: Any, workspace: Workspace) -> Observation:
-    """Run one call. Bad arguments, paths outside the workspace and file-system refusals come back as
-    error observations (`is_error=True`) saying what was wrong and what to do; nothing is raised for them.
+    """Run one call; never raises (but CancelledError). Bad arguments, paths outside the workspace,
+    file-system refusals and a call past its deadline (`call_deadline`) come back as error
+    observations (`is_error=True`) saying what was wrong and what to do; an unexpected exception inside
+    a tool comes back as one naming the tool and the exception type as a bug in Tao.
 
     `args` may be a dict, a JSON object string or None. The caller bumps the workspace version for
     authoritative mutating calls.
     """
+    name = str(getattr(tool, "name", "tool"))
+    parsed: dict[str, Any] = {}
     try:
-        parsed = coerce_args(tool.name, args)
-        validate_args(tool.name, tool.parameters, parsed)
-        return await tool.run(parsed, workspace)
-    except ToolError as exc:
-        return observe(f"Error: {exc}", is_error=True)
-    except WorkspaceEscape as exc:
+        parsed = coerce_args(name, args)
+        validate_args(name, tool.parameters, parsed)
+        return await _run_bounded(tool, name, parsed, workspace)
+    except (ToolError, WorkspaceEscape, BadPath) as exc:
         return observe(f"Error: {exc}", is_error=True)
     except OSError as exc:  # permission denied, read-only file system, disk full...
-        return observe(f"Error: {tool.name} failed: {exc.strerror or exc}{_where(exc, workspace)}", is_error=True)
+        return observe(f"Error: {name} failed: {exc.strerror or exc}{_where(parsed)}", is_error=True)
+    except Exception as exc:  # noqa: BLE001 - a bug must not end the session; the model is told so
+        _log.warning("tool %s raised %s: %s", name, type(exc).__name__, exc, exc_info=_log.isEnabledFor(logging.DEBUG))
+        return observe(f"Error: {name} stopped on an unexpected {type(exc).__name__}. This is a bug in Tao, not "
+                       "a problem with your call; try another way to get what you need (for example bash).",
+                       is_error=True, bug=type(exc).__name__)
 
 
-def _where(exc: OSError, workspace: Workspace) -> str:
-    if not exc.filename:
-        return ""
+async def _run_bounded(tool: Tool, name: str, args: dict[str, Any], workspace: Workspace) -> Observation:
+    """The tool's own observation, or a timeout error once its deadline passes (the run is cancelled)."""
+    limit = call_deadline(tool)
+    task = asyncio.ensure_future(tool.run(args, workspace))
     try:
-        return f" ({workspace.relative(workspace.resolve(exc.filename))})"
-    except (WorkspaceEscape, ValueError):
-        return f" ({exc.filename})"
+        done, _ = await asyncio.wait({task}, timeout=limit)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        await asyncio.wait({task}, timeout=_CANCEL_PATIENCE)
+        return observe(f"Error: {name} did not finish within {limit:g} s and was stopped. Ask for less at a time "
+                       "(a smaller path, a simpler pattern, a narrower glob) and call it again.",
+                       is_error=True, timed_out=True)
+    return task.result()
+
+
+def _where(args: dict[str, Any]) -> str:
+    """The path the call named, in its own spelling, for an OS error's message."""
+    path = args.get("path")
+    return f" ({spell(path)})" if isinstance(path, str) else ""
 
 
 def tool_specs(tools: list[Tool]) -> list[dict[str, Any]]:

@@ -14,6 +14,8 @@ from sandbox import Workspace
 
 # Outputs longer than this many characters are cut in the middle, with a note saying how much.
 MAX_OUTPUT_CHARS = 30_000
+# Seconds a tool call may take when the tool names no timeout of its own (`run_tool` enforces it).
+DEFAULT_TOOL_TIMEOUT = 60.0
 
 
 class Effect(enum.StrEnum):
@@ -49,6 +51,16 @@ class Tool(Protocol):
     effect: Effect
 
     async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation: ...
+
+
+def call_deadline(tool: object) -> float:
+    """Seconds `run_tool` lets one call of `tool` run before it stops it with an error observation.
+
+    A tool's `timeout` attribute (default DEFAULT_TOOL_TIMEOUT), plus its `timeout_grace`: a tool that
+    enforces its own timeout (bash, run_tests) gets time to stop its command and say so itself."""
+    timeout = getattr(tool, "timeout", None)
+    grace = getattr(tool, "timeout_grace", 0.0)
+    return float(timeout if isinstance(timeout, (int, float)) and timeout > 0 else DEFAULT_TOOL_TIMEOUT) + grace
 
 
 def truncate(text: str, limit: int = MAX_OUTPUT_CHARS, *, dropped_bytes: int = 0) -> tuple[str, int]:

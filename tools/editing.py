@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import difflib
+import os
 import re
+import stat
 from typing import Any
 
 from sandbox import Workspace
+from sandbox.beneath import BadPath, Spot, WorkspaceEscape, locate
 from tools.base import Effect, Observation, ToolError, observe
-from tools.textfile import load_text, number_lines, split_lines
+from tools.placing import Changed, place
+from tools.textfile import TextFile, digest, locate_text, number_lines, spell, split_lines
 
 CONTEXT_LINES = 3  # lines shown around an edit
 MAX_LISTED_OCCURRENCES = 20
@@ -36,6 +41,9 @@ class EditFile:
     }
     effect = Effect.MUTATING
 
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout  # seconds run_tool lets one call take (None: DEFAULT_TOOL_TIMEOUT)
+
     async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
         old, new = args["old"], args["new"]
         if old == "":
@@ -43,25 +51,41 @@ class EditFile:
                             "(to create or replace a whole file use write_file)")
         if old == new:
             raise ToolError("old and new are identical, so the edit would change nothing; put the new text in new")
-        file = load_text(workspace, args["path"])
-        if file.binary:
-            raise ToolError(f"{file.rel} is a binary file; edit_file edits text files only")
-        # surrogateescape keeps undecodable bytes as they are, so the rest of the file is preserved exactly.
-        content = file.data.decode("utf-8", errors="surrogateescape")
-        old, new, positions = _locate(content, old, new, crlf=file.crlf)
-        if not positions:
-            raise ToolError(f"old was not found in {file.rel}. {_not_found_hint(content, old)}")
-        if len(positions) > 1:
-            raise ToolError(_ambiguous(content, positions, file.rel))
-        start = positions[0]
-        updated = content[:start] + new + content[start + len(old):]
-        try:
-            encoded = updated.encode("utf-8", errors="surrogateescape")
-        except UnicodeEncodeError as exc:
-            raise ToolError(f"new contains characters that cannot be written as UTF-8 ({exc.reason})") from None
-        file.path.write_bytes(encoded)
+        return await asyncio.to_thread(self._edit, args["path"], old, new, workspace)
+
+    def _edit(self, path: str, old: str, new: str, workspace: Workspace) -> Observation:
+        """Read, replace and place the file (blocking: runs in a worker thread)."""
+        file, spot = locate_text(workspace, path)
+        with spot:
+            spelling = spell(path)
+            if file.binary:
+                raise ToolError(f"{spelling} is a binary file; edit_file edits text files only")
+            _check_seen(workspace, file, spelling)
+            # surrogateescape keeps undecodable bytes as they are, so the rest of the file is preserved exactly.
+            content = file.data.decode("utf-8", errors="surrogateescape")
+            old, new, positions = _locate(content, old, new, crlf=file.crlf)
+            if not positions:
+                raise ToolError(f"old was not found in {spelling}. {_not_found_hint(content, old)}")
+            if len(positions) > 1:
+                raise ToolError(_ambiguous(content, positions, spelling))
+            start = positions[0]
+            updated = content[:start] + new + content[start + len(old):]
+            try:
+                encoded = updated.encode("utf-8", errors="surrogateescape")
+            except UnicodeEncodeError as exc:
+                raise ToolError(f"new contains characters that cannot be written as UTF-8 ({exc.reason})") from None
+            place(spot, encoded, before=file.stat, spelling=spelling)
         first = content.count("\n", 0, start) + 1
         return _edit_report(file.rel, encoded, first, _last_line(first, old), _last_line(first, new) if new else 0)
+
+
+def _check_seen(workspace: Workspace, file: TextFile, spelling: str) -> None:
+    """Refuse to edit a file whose content is not what the model last saw of it (a file never seen is fine)."""
+    seen = getattr(workspace, "seen", None)
+    last = seen(file.rel) if callable(seen) else None
+    if last is not None and last != file.digest:
+        raise ToolError(f"{spelling} changed since you last read it (by a command or outside Tao); "
+                        f"read_file it again before editing")
 
 
 def _locate(content: str, old: str, new: str, *, crlf: bool) -> tuple[str, str, list[int]]:
@@ -131,6 +155,7 @@ def _last_line(first: int, text: str) -> int:
 def _edit_report(rel: str, encoded: bytes, first: int, old_last: int, new_last: int) -> Observation:
     """Say which lines changed and show them numbered, with a few lines of context."""
     lines = split_lines(encoded.decode("utf-8", errors="replace"))
+    seen = digest(encoded)
     if new_last:
         done = f"replaced lines {first}-{old_last} with lines {first}-{new_last}"
     else:
@@ -138,10 +163,11 @@ def _edit_report(rel: str, encoded: bytes, first: int, old_last: int, new_last: 
     low = max(1, first - CONTEXT_LINES)
     high = min(len(lines), max(first, new_last) + CONTEXT_LINES)
     if low > high:
-        return observe(f"Edited {rel}: {done}. The file is now empty.", path=rel, first_line=first, last_line=0)
+        return observe(f"Edited {rel}: {done}. The file is now empty.", path=rel, first_line=first, last_line=0,
+                       digest=seen)
     snippet = number_lines(lines[low - 1:high], low)
     return observe(f"Edited {rel}: {done}. Lines {low}-{high} now read:\n{snippet}",
-                   path=rel, first_line=first, last_line=new_last)
+                   path=rel, first_line=first, last_line=new_last, digest=seen)
 
 
 class WriteFile:
@@ -163,22 +189,58 @@ class WriteFile:
     }
     effect = Effect.MUTATING
 
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout  # seconds run_tool lets one call take (None: DEFAULT_TOOL_TIMEOUT)
+
     async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
-        real = workspace.resolve(args["path"])
-        rel = workspace.relative(real)
-        if real.is_dir():
-            raise ToolError(f"{rel} is a folder; pass the path of a file inside it")
+        return await asyncio.to_thread(self._write, args["path"], args["content"], workspace)
+
+    def _write(self, path: str, content: str, workspace: Workspace) -> Observation:
+        """Create the folders and place the file (blocking: runs in a worker thread)."""
+        spelling = spell(path)
+        spot = _existing_spot(workspace, path)
+        if spot is not None:
+            with spot:
+                _refuse_folder(spot, spelling)
         try:
-            data = args["content"].encode("utf-8")
+            data = content.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise ToolError(f"content contains characters that cannot be written as UTF-8 ({exc.reason})") from None
-        existed = real.exists()
         try:
-            real.parent.mkdir(parents=True, exist_ok=True)
+            spot = locate(workspace.root, path, make_dirs=True)
         except (FileExistsError, NotADirectoryError):
-            raise ToolError(f"cannot create the folders for {rel}: part of the path is a file") from None
-        real.write_bytes(data)
-        lines = len(split_lines(args["content"]))
-        verb = "Overwrote" if existed else "Created"
-        return observe(f"{verb} {rel} ({len(data)} bytes, {lines} line{'' if lines == 1 else 's'}).",
-                       path=rel, created=not existed, bytes=len(data), lines=lines)
+            raise ToolError(f"cannot create the folders for {spelling}: part of the path is a file") from None
+        with spot:
+            before = _refuse_folder(spot, spelling)
+            if before is not None and stat.S_ISLNK(before.st_mode):
+                raise Changed(f"{spelling} changed while it was being written (it became a symlink), so nothing "
+                              "was written; call write_file again")
+            if before is not None and not stat.S_ISREG(before.st_mode):
+                raise ToolError(f"{spelling} is not a regular file (a device, socket or pipe); write_file writes "
+                                "regular files only")
+            place(spot, data, before=before, spelling=spelling)
+        lines = len(split_lines(content))
+        verb = "Overwrote" if before is not None else "Created"
+        return observe(f"{verb} {spot.rel} ({len(data)} bytes, {lines} line{'' if lines == 1 else 's'}).",
+                       path=spot.rel, created=before is None, bytes=len(data), lines=lines, digest=digest(data))
+
+
+def _existing_spot(workspace: Workspace, path: str) -> Spot | None:
+    """Where `path` leads if its folders exist (None if they do not yet); refusals for escapes and bad paths."""
+    try:
+        return locate(workspace.root, path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (WorkspaceEscape, BadPath) as exc:
+        raise ToolError(str(exc)) from None
+
+
+def _refuse_folder(spot: Spot, spelling: str) -> os.stat_result | None:
+    """The entry's own status (None if absent); a ToolError if it is a folder."""
+    try:
+        info = os.stat(spot.name or ".", dir_fd=spot.dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        raise ToolError(f"{spelling} is a folder; pass the path of a file inside it")
+    return info

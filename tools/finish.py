@@ -24,6 +24,9 @@ class Finish:
     }
     effect = Effect.PURE
 
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout  # seconds run_tool lets one call take (None: DEFAULT_TOOL_TIMEOUT)
+
     async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
         summary: str = args["summary"]
         if not summary.strip():

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
+
+import regex
 
 
 @dataclass(frozen=True)
 class GlobFilter:
     glob: str
-    regex: re.Pattern[str]
+    regex: Any  # a compiled `regex` pattern: matched with a timeout, as model-written globs can backtrack
     negated: bool
     dirs_only: bool
 
@@ -28,11 +31,13 @@ class GlobFilter:
         anchored = "/" in body
         body = body.lstrip("/")
         prefix = "" if anchored else "(?:.*/)?"
-        return cls(glob, re.compile(prefix + translate(body), re.DOTALL), negated, dirs_only)
+        return cls(glob, regex.compile(prefix + translate(body), regex.DOTALL), negated, dirs_only)
 
-    def verdict(self, rel: str, is_dir: bool) -> bool | None:
-        """True: search it whatever else says; False: skip it; None: the usual hidden/ignore rules decide."""
-        matched = (is_dir or not self.dirs_only) and self.regex.fullmatch(rel) is not None
+    def verdict(self, rel: str, is_dir: bool, timeout: float | None = None) -> bool | None:
+        """True: search it whatever else says; False: skip it; None: the usual hidden/ignore rules decide.
+
+        Past `timeout` seconds of matching, TimeoutError (a glob such as `**/**/**/...` can backtrack)."""
+        matched = (is_dir or not self.dirs_only) and self.regex.fullmatch(rel, timeout=timeout) is not None
         if self.negated:
             return False if matched else None
         if matched:

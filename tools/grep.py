@@ -6,27 +6,36 @@ and symlinks are skipped; .gitignore rules apply inside git repositories (asked 
 in the fallback); a file with a NUL byte in its first 64 KiB is binary and skipped, and a later NUL
 ends the search of that file, as ripgrep does. The two regex dialects (Rust's and Python's) agree on
 ordinary patterns; exotic syntax can differ.
+
+Both are bounded: ripgrep runs with a timeout, and the fallback matches with the `regex` package's
+`timeout=` (releasing the GIL while it matches), so a catastrophic pattern such as `(a|aa)+$` ends in an
+error asking for a simpler one instead of a hang. The fallback opens every folder and file without
+following symlinks (`sandbox.beneath`), so a folder swapped for a symlink mid-search is skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
 import shutil
+import stat
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import regex
+
 from sandbox import Workspace, run_process
-from tools.base import MAX_OUTPUT_CHARS, Effect, Observation, ToolError, observe
+from sandbox.beneath import locate, open_real
+from tools.base import DEFAULT_TOOL_TIMEOUT, MAX_OUTPUT_CHARS, Effect, Observation, ToolError, observe
 from tools.globs import GlobFilter
-from tools.textfile import split_lines
+from tools.textfile import READ_FLAGS, spell, split_lines
 
 MAX_MATCHES = 200
 MAX_MATCH_LINE_CHARS = 300
-GREP_TIMEOUT = 120.0
+GREP_TIMEOUT = DEFAULT_TOOL_TIMEOUT  # the default for one whole call, subprocesses and matching included
 BINARY_PREFIX_BYTES = 64 * 1024  # ripgrep's first read buffer: a NUL in it skips the whole file
 _RG_MAX_BYTES = 16 * 1024 * 1024
 _RG_FLAGS = ("--no-config", "--sort", "path", "--no-heading", "--with-filename", "--line-number",
@@ -81,29 +90,87 @@ class Grep:
     }
     effect = Effect.PURE
 
-    def __init__(self, *, use_rg: bool = True, rg_path: str | None = None, max_matches: int = MAX_MATCHES) -> None:
+    timeout_grace = 5.0  # grep stops itself at `timeout` with its own message; run_tool waits a little longer
+
+    def __init__(self, *, use_rg: bool = True, rg_path: str | None = None, max_matches: int = MAX_MATCHES,
+                 timeout: float | None = None) -> None:
         self.rg_path = (rg_path or find_rg()) if use_rg else None
         self.max_matches = max_matches
+        self._timeout = timeout
+
+    @property
+    def timeout(self) -> float:
+        """Seconds one call may take (GREP_TIMEOUT, read at call time, unless given)."""
+        return self._timeout if self._timeout is not None else GREP_TIMEOUT
 
     async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
         pattern: str = args["pattern"]
         if not pattern:
             raise ToolError("pattern is empty; pass a regular expression such as 'def main' or 'TODO'")
-        real = workspace.resolve(args.get("path") or ".")
-        rel = workspace.relative(real)
-        if not real.exists():
-            raise ToolError(f"path not found: {args.get('path')}; use list_files to look around")
-        if not (real.is_file() or real.is_dir()):
-            raise ToolError(f"{rel} is not a regular file or folder; grep cannot search it")
-        if real.is_file() and await asyncio.to_thread(_has_nul, real):
+        glob = args.get("glob") or None
+        _check_text("pattern", pattern)
+        if glob is not None:
+            _check_text("glob", glob)
+        deadline = Deadline(self.timeout)
+        rel, binary = await asyncio.to_thread(_target, workspace, args.get("path"))
+        if binary:
             return observe(f"{rel} is a binary file; grep searches text files only.", exit_code=1,
                            path=rel, matches=0)
-        glob = args.get("glob") or None
         if self.rg_path:
-            result = await _search_rg(self.rg_path, pattern, rel, glob, workspace.root, self.max_matches)
+            result = await _search_rg(self.rg_path, pattern, rel, glob, workspace.root, self.max_matches, deadline)
         else:
-            result = await _search_python(pattern, rel, glob, workspace.root, self.max_matches)
+            result = await _search_python(pattern, rel, glob, workspace.root, self.max_matches, deadline)
         return _report(result, pattern, rel, glob)
+
+
+class Deadline:
+    """The time one grep call may still take; `left()` raises the call's timeout error once it is over."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        remaining = self.end - time.monotonic()
+        if remaining <= 0:
+            raise self.error()
+        return remaining
+
+    def error(self) -> ToolError:
+        return ToolError(f"grep took longer than {self.seconds:g} s and was stopped; narrow the path or glob, "
+                         "or simplify the pattern")
+
+
+def _check_text(what: str, text: str) -> None:
+    """Refuse a pattern or glob that cannot be passed on: a NUL byte or a lone surrogate."""
+    if "\0" in text:
+        raise ToolError(f"{what} {text!r} contains a NUL byte; write it as \\x00 in a pattern, or leave it out")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ToolError(f"{what} {text!r} contains a lone surrogate (an unpaired \\ud800-\\udfff escape), which "
+                        "no file can contain; remove it") from None
+
+
+def _target(workspace: Workspace, path: str | None) -> tuple[str, bool]:
+    """The workspace-relative real spelling of what to search, and whether it is a binary file."""
+    given = path or "."
+    with locate(workspace.root, given) as spot:
+        try:
+            info = os.stat(spot.name or ".", dir_fd=spot.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            raise ToolError(f"path not found: {spell(path)}; use list_files to look around") from None
+        if stat.S_ISDIR(info.st_mode):
+            return spot.rel, False
+        if not stat.S_ISREG(info.st_mode):
+            raise ToolError(f"{spell(path)} is not a regular file or folder; grep cannot search it")
+        fd = spot.open(READ_FLAGS)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ToolError(f"{spell(path)} is not a regular file or folder; grep cannot search it")
+            return spot.rel, _has_nul(fd)
+        finally:
+            os.close(fd)
 
 
 def _report(result: SearchResult, pattern: str, rel: str, glob: str | None) -> Observation:
@@ -131,21 +198,21 @@ def _cut(text: str) -> str:
     return f"{text[:MAX_MATCH_LINE_CHARS]} [... {len(text) - MAX_MATCH_LINE_CHARS} more characters]"
 
 
-def _has_nul(path: Path) -> bool:
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            if b"\0" in chunk:
-                return True
+def _has_nul(fd: int) -> bool:
+    while chunk := os.read(fd, 1 << 20):
+        if b"\0" in chunk:
+            return True
     return False
 
 
 # --- ripgrep ----------------------------------------------------------------------------------------
 
-async def _search_rg(rg: str, pattern: str, rel: str, glob: str | None, root: Path, limit: int) -> SearchResult:
+async def _search_rg(rg: str, pattern: str, rel: str, glob: str | None, root: Path, limit: int,
+                     deadline: Deadline) -> SearchResult:
     argv = [rg, *_RG_FLAGS, "-e", pattern, *(["-g", glob] if glob else []), "--", rel]
-    result = await run_process(argv, root, timeout=GREP_TIMEOUT, max_bytes=_RG_MAX_BYTES)
+    result = await run_process(argv, root, timeout=deadline.left(), max_bytes=_RG_MAX_BYTES)
     if result.timed_out:
-        raise ToolError(f"grep timed out after {GREP_TIMEOUT:g} s; narrow the path or glob")
+        raise deadline.error()
     output = result.output
     if result.dropped_bytes:  # keep the head only, which is sorted, up to its last whole line
         output = output[:_RG_MAX_BYTES // 2]
@@ -154,7 +221,7 @@ async def _search_rg(rg: str, pattern: str, rel: str, glob: str | None, root: Pa
     if result.exit_code == 2 and not matches:
         raise ToolError(_rg_error(result.text, pattern))
     matches.sort(key=lambda m: (sort_key(m.path), m.line))
-    total = await _rg_count(argv, root) if result.dropped_bytes else len(matches)
+    total = await _rg_count(argv, root, deadline) if result.dropped_bytes else len(matches)
     return SearchResult(matches[:limit], total)
 
 
@@ -168,9 +235,11 @@ def _parse_rg_line(line: bytes) -> Match | None:
     return Match(shown, int(number), text.decode("utf-8", errors="replace"))
 
 
-async def _rg_count(argv: list[str], root: Path) -> int:
+async def _rg_count(argv: list[str], root: Path, deadline: Deadline) -> int:
     """The number of matching lines when the listing itself was too long to keep."""
-    result = await run_process([argv[0], "--count", *argv[1:]], root, timeout=GREP_TIMEOUT)
+    result = await run_process([argv[0], "--count", *argv[1:]], root, timeout=deadline.left())
+    if result.timed_out:
+        raise deadline.error()
     total = 0
     for line in result.output.split(b"\n"):
         _, sep, count = line.rpartition(b"\0")
@@ -189,36 +258,67 @@ def _rg_error(text: str, pattern: str) -> str:
 
 # --- Python fallback --------------------------------------------------------------------------------
 
-async def _search_python(pattern: str, rel: str, glob: str | None, root: Path, limit: int) -> SearchResult:
+async def _search_python(pattern: str, rel: str, glob: str | None, root: Path, limit: int,
+                         deadline: Deadline) -> SearchResult:
     try:
-        regex = re.compile(pattern)
-    except re.error as exc:
+        compiled = regex.compile(pattern)
+    except (regex.error, RecursionError, OverflowError, ValueError) as exc:
         raise ToolError(f"invalid regex {pattern!r}: {exc}; escape special characters such as ( [ . * + ? "
                         "with a backslash to match them literally") from None
-    if (root / rel).is_file():
-        files = [rel]  # a file named explicitly is searched whatever the glob and ignore rules say
-    else:
-        files = await candidate_files(root, rel, GlobFilter.parse(glob) if glob else None)
-    return await asyncio.to_thread(_scan_files, root, files, regex, limit)
+    try:
+        globs = GlobFilter.parse(glob) if glob else None
+    except (regex.error, RecursionError, OverflowError, ValueError) as exc:
+        raise ToolError(f"invalid glob {glob!r}: {exc}; use *, ?, ** and {{a,b}} as in ripgrep's -g") from None
+    with RootFd(root) as root_fd:
+        if stat.S_ISREG(_lstat(root_fd, rel)):
+            files = [rel]  # a file named explicitly is searched whatever the glob and ignore rules say
+        else:
+            files = await candidate_files(root, rel, globs, root_fd=root_fd, deadline=deadline)
+        return await asyncio.to_thread(_scan_files, root_fd, files, compiled, limit, deadline)
 
 
-async def candidate_files(root: Path, base: str, glob: GlobFilter | None) -> list[str]:
+class RootFd:
+    """An O_PATH descriptor of the workspace root for one search (a context manager)."""
+
+    def __init__(self, root: Path) -> None:
+        self.fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+    def __enter__(self) -> int:
+        return self.fd
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+
+def _lstat(root_fd: int, rel: str) -> int:
+    try:
+        return os.stat(rel, dir_fd=root_fd, follow_symlinks=False).st_mode
+    except OSError:
+        return 0
+
+
+async def candidate_files(root: Path, base: str, glob: GlobFilter | None, *, root_fd: int | None = None,
+                          deadline: Deadline | None = None) -> list[str]:
     """The files ripgrep would search under `base`, sorted, found folder level by folder level."""
+    deadline = deadline or Deadline(GREP_TIMEOUT)
+    if root_fd is None:
+        with RootFd(root) as fd:
+            return await candidate_files(root, base, glob, root_fd=fd, deadline=deadline)
     files: list[str] = []
     level, use_git = [base], True
     while level:
-        entries = await asyncio.to_thread(_scan_level, root, level)
+        entries = await asyncio.to_thread(_scan_level, root_fd, level)
         undecided: list[tuple[str, bool]] = []
         next_level: list[str] = []
         for rel, is_dir in entries:
-            verdict = glob.verdict(rel, is_dir) if glob else None
+            verdict = glob.verdict(rel, is_dir, timeout=deadline.left()) if glob else None
             if verdict is None and not rel.rsplit("/", 1)[-1].startswith("."):
                 undecided.append((rel, is_dir))
             elif verdict:
                 (next_level if is_dir else files).append(rel)
         ignored: set[str] = set()
         if use_git and undecided:
-            ignored, use_git = await _git_ignored(root, [rel for rel, _ in undecided])
+            ignored, use_git = await _git_ignored(root, [rel for rel, _ in undecided], deadline)
         for rel, is_dir in undecided:
             if rel not in ignored:
                 (next_level if is_dir else files).append(rel)
@@ -226,43 +326,53 @@ async def candidate_files(root: Path, base: str, glob: GlobFilter | None) -> lis
     return sorted(files, key=sort_key)
 
 
-def _scan_level(root: Path, folders: list[str]) -> list[tuple[str, bool]]:
-    """(relative path, is folder) of each regular file and folder in `folders`; symlinks are skipped."""
+def _scan_level(root_fd: int, folders: list[str]) -> list[tuple[str, bool]]:
+    """(relative path, is folder) of each regular file and folder in `folders`; symlinks are skipped.
+
+    Each folder is opened without following any symlink: one swapped in since it was listed is skipped."""
     entries = []
     for folder in folders:
         prefix = "" if folder == "." else folder + "/"
         try:
-            with os.scandir(root / folder) as scan:
+            fd = open_real(root_fd, folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NONBLOCK)
+        except OSError:
+            continue
+        try:
+            with os.scandir(fd) as scan:
                 for entry in scan:
                     if entry.is_symlink():
                         continue
-                    if entry.is_dir() or entry.is_file():
-                        entries.append((prefix + entry.name, entry.is_dir()))
+                    is_dir = entry.is_dir(follow_symlinks=False)
+                    if is_dir or entry.is_file(follow_symlinks=False):
+                        entries.append((prefix + entry.name, is_dir))
         except OSError:
             continue
+        finally:
+            os.close(fd)
     return entries
 
 
-async def _git_ignored(root: Path, paths: list[str]) -> tuple[set[str], bool]:
+async def _git_ignored(root: Path, paths: list[str], deadline: Deadline) -> tuple[set[str], bool]:
     """Which paths .gitignore rules exclude, and whether git answered (False outside a repository)."""
     argv = ["git", "check-ignore", "-z", "--stdin", "--no-index"]
     stdin = b"".join(os.fsencode(path) + b"\0" for path in paths)
     try:
-        result = await run_process(argv, root, stdin=stdin, timeout=GREP_TIMEOUT, max_bytes=1 << 30)
+        result = await run_process(argv, root, stdin=stdin, timeout=deadline.left(), max_bytes=1 << 30)
     except FileNotFoundError:
         return set(), False
+    if result.timed_out:
+        raise deadline.error()
     if result.exit_code not in (0, 1):
         return set(), False
     return {os.fsdecode(item) for item in result.output.split(b"\0") if item}, True
 
 
-def _scan_files(root: Path, files: list[str], regex: re.Pattern[str], limit: int) -> SearchResult:
+def _scan_files(root_fd: int, files: list[str], compiled: Any, limit: int, deadline: Deadline) -> SearchResult:
     matches: list[Match] = []
     total = 0
     for rel in files:
-        try:
-            data = (root / rel).read_bytes()
-        except OSError:
+        data = _read_regular(root_fd, rel)
+        if data is None:
             continue
         nul = data.find(b"\0")
         if nul != -1:
@@ -270,8 +380,37 @@ def _scan_files(root: Path, files: list[str], regex: re.Pattern[str], limit: int
                 continue
             data = data[:data.rfind(b"\n", 0, nul) + 1]
         for number, line in enumerate(split_lines(data.decode("utf-8", errors="replace")), start=1):
-            if regex.search(line):
+            if _matches(compiled, line, deadline):
                 total += 1
                 if len(matches) < limit:
                     matches.append(Match(rel, number, line))
     return SearchResult(matches, total)
+
+
+def _read_regular(root_fd: int, rel: str) -> bytes | None:
+    """A listed file's bytes, opened without following symlinks; None if it is gone or no longer regular."""
+    try:
+        fd = open_real(root_fd, rel, READ_FLAGS)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _matches(compiled: Any, line: str, deadline: Deadline) -> bool:
+    """Whether the pattern matches the line, within the call's deadline (the GIL is free meanwhile)."""
+    try:
+        return compiled.search(line, timeout=deadline.left(), concurrent=True) is not None
+    except TimeoutError:
+        raise ToolError(f"the pattern {compiled.pattern!r} took too long to match (over {deadline.seconds:g} s) and "
+                        "was stopped; simplify it: nested repetition such as (a+)+ or (a|aa)* backtracks "
+                        "without end on long lines") from None

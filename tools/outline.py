@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import threading
 from typing import Any
+
+from tree_sitter import Language, Parser
 
 from sandbox import Workspace
 from tools.base import Effect, Observation, ToolError, observe
-from tools.textfile import load_text
+from tools.textfile import load_text, spell
 
 SUPPORTED_EXTENSIONS = (".py", ".pyi")
 _DEFINITIONS = ("class_definition", "function_definition")
 
 
-@functools.cache
-def _python_parser() -> Any:
-    import tree_sitter_python
-    from tree_sitter import Language, Parser
+_PARSERS = threading.local()  # a parser is not shared between threads: outline runs in worker threads
 
-    return Parser(Language(tree_sitter_python.language()))
+
+def _python_parser() -> Any:
+    parser = getattr(_PARSERS, "python", None)
+    if parser is None:
+        parser = _PARSERS.python = Parser(_python_language())
+    return parser
+
+
+@functools.cache
+def _python_language() -> Any:
+    import tree_sitter_python
+
+    return Language(tree_sitter_python.language())
 
 
 class Outline:
@@ -37,10 +50,16 @@ class Outline:
     }
     effect = Effect.PURE
 
+    def __init__(self, timeout: float | None = None) -> None:
+        self.timeout = timeout  # seconds run_tool lets one call take (None: DEFAULT_TOOL_TIMEOUT)
+
     async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+        return await asyncio.to_thread(self._run, args, workspace)
+
+    def _run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
         file = load_text(workspace, args["path"])
         if not file.path.name.endswith(SUPPORTED_EXTENSIONS):
-            raise ToolError(f"outline supports {', '.join(SUPPORTED_EXTENSIONS)} files, not {file.rel}; "
+            raise ToolError(f"outline supports {', '.join(SUPPORTED_EXTENSIONS)} files, not {spell(args['path'])}; "
                             "use grep or read_file for other files")
         if file.binary:
             return observe(f"{file.rel} is a binary file; outline reads source files only.", path=file.rel)

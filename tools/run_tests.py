@@ -99,6 +99,7 @@ class RunTests:
         "additionalProperties": False,
     }
     effect = Effect.SANDBOXED
+    timeout_grace = 30.0  # it stops its own command at `timeout`; run_tool waits this much longer
 
     def __init__(self, timeout: float = DEFAULT_TEST_TIMEOUT, default_command: str | None = None) -> None:
         self.timeout = timeout

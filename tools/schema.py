@@ -12,6 +12,7 @@ from typing import Any
 
 from tools.base import ToolError
 
+_MAX_DIGITS = 30  # integers with more digits are named by their length in messages
 _PYTHON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
     "integer": (int,),
@@ -40,6 +41,12 @@ def coerce_args(tool_name: str, args: Any) -> dict[str, Any]:
         except json.JSONDecodeError as exc:
             raise ToolError(f"the arguments for {tool_name} are not valid JSON ({exc.msg} at position {exc.pos}); "
                             "send a JSON object such as {\"path\": \"src/app.py\"}") from None
+        except RecursionError:
+            raise ToolError(f"the arguments for {tool_name} are nested too deeply to read; "
+                            "send a flat JSON object such as {\"path\": \"src/app.py\"}") from None
+        except ValueError as exc:  # an integer literal of thousands of digits
+            raise ToolError(f"the arguments for {tool_name} could not be read ({exc.args[0].split(';')[0]}); "
+                            "send a JSON object with ordinary values") from None
     if not isinstance(args, dict):
         raise ToolError(f"the arguments for {tool_name} must be a JSON object, not {_json_type(args)}")
     return args
@@ -76,8 +83,19 @@ def _check_value(key: str, spec: dict[str, Any], value: Any) -> str | None:
     if "enum" in spec and value not in spec["enum"]:
         return f"{key!r} must be one of {', '.join(map(repr, spec['enum']))}, got {_preview(value)}"
     if "minimum" in spec and isinstance(value, (int, float)) and value < spec["minimum"]:
-        return f"{key!r} must be at least {spec['minimum']}, got {value}"
+        return f"{key!r} must be at least {spec['minimum']}, got {number(value)}"
     return None
+
+
+def number(value: int | float) -> str:
+    """A number as text; one too long to print is named by its length instead."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**_MAX_DIGITS:
+        magnitude = abs(value)
+        digits = max(1, int((magnitude.bit_length() - 1) * 0.30102999566398120))
+        while 10**digits <= magnitude:
+            digits += 1
+        return f"{'-' if value < 0 else ''}(a {digits}-digit number)"
+    return str(value)
 
 
 def _json_type(value: Any) -> str:
@@ -103,5 +121,29 @@ def _article(kind: str) -> str:
 
 
 def _preview(value: Any, limit: int = 40) -> str:
-    text = json.dumps(value, ensure_ascii=False, default=str)
+    """The start of a value as JSON, bounded in depth and length whatever the model sent."""
+    text = _sketch(value, limit + 1)
     return f"({text[:limit]}...)" if len(text) > limit else f"({text})"
+
+
+def _sketch(value: Any, budget: int, depth: int = 0) -> str:
+    """JSON text of `value`, stopping once about `budget` characters are written (no recursion limit hit)."""
+    if isinstance(value, (list, tuple)) or isinstance(value, dict):
+        if depth > 20:
+            return "..."
+        opening, closing = ("[", "]") if isinstance(value, (list, tuple)) else ("{", "}")
+        items = value.items() if isinstance(value, dict) else ((None, item) for item in value)
+        out = opening
+        for key, item in items:
+            if len(out) > budget:
+                return out
+            prefix = "" if out == opening else ", "
+            label = f"{json.dumps(str(key), ensure_ascii=False)}: " if isinstance(value, dict) else ""
+            out += prefix + label + _sketch(item, budget - len(out), depth + 1)
+        return out + closing
+    if isinstance(value, int) and not isinstance(value, bool):
+        return number(value)
+    try:
+        return json.dumps(value, ensure_ascii=False, default=str)[: budget + 1]
+    except (TypeError, ValueError):
+        return type(value).__name__

@@ -210,6 +210,7 @@ class Bash:
         "additionalProperties": False,
     }
     effect = Effect.MUTATING
+    timeout_grace = 30.0  # it stops its own command at `timeout`; run_tool waits this much longer
 
     def __init__(self, timeout: float = DEFAULT_BASH_TIMEOUT) -> None:
         self.timeout = timeout
