@@ -163,6 +163,12 @@ def project(rng: random.Random) -> Tree:
     tree.add("ws/tests/test_a.py", "file", TEST_A.format(value=value))
     tree.add("out/secret.txt", "file", "secret\n", 0o600)
     tree.add("out/shared.txt", "file", text_lines(rng, 1, 5))
+    for path, text, chance in (("ws/big.txt", text_lines(rng, 2100, 2600), 0.2),  # past the line and output caps
+                               ("ws/blob.bin", "\0\1\2 binary\n", 0.3), ("ws/crlf.txt", "one\r\ntwo\r\n", 0.3),
+                               ("ws/latin1.txt", "caf\udce9 alpha\nna\udcefve\n", 0.3),  # not UTF-8
+                               ("ws/long.txt", "beta " * 900 + "\n", 0.2), ("ws/empty.txt", "", 0.3)):
+        if rng.random() < chance:
+            tree.add(path, "file", text)
     return tree
 
 
@@ -187,6 +193,7 @@ def test_command(rng: random.Random, tree: Tree) -> str:
         f"ln -s {f} link_{n} && readlink link_{n}", f"exit {rng.randint(1, 3)}", f"echo {w}; exit 1", "true",
         "ls -1 pkg", f"chown 1234:1234 {f} && stat -c '%u:%g' {f}", f"ln {f} hard_{n} && stat -c %h {f}",
         f"mkfifo pipe_{n} && ls", f"rm -rf other && ls", f"cat {f} {f} | sort | uniq -c",
+        "seq 1 20000", f"echo out; cat {f} >&2; echo out2", "kill -TERM $$", "python3 -c 'print(\"x\" * 40000)'",
     ))
 
 

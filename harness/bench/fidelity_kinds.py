@@ -158,6 +158,9 @@ def env(rng: random.Random, cid: str) -> Case:
         ("tmp-write", "echo written > %TMP%-w && cat %TMP%-w"),
         ("outside-write", "echo log >> %OUT%/log.txt && echo PASS"),
         ("bash-output", "cat count.txt"),
+        ("identity", "id -u; id -g; id -G; hostname; umask"),
+        ("environ", "env | sort"),
+        ("limits", "ulimit -f; ulimit -n; ulimit -s"),
         ("random", "python3 -c 'import uuid; print(uuid.uuid4())'"),
         ("time", "date +%s%N"),
     ))
