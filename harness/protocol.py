@@ -11,10 +11,19 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+import reprlib
+from dataclasses import dataclass
 from typing import Any
 
+from harness.calldecode import (MAX_DEPTH, MAX_NAME, CallRefused, check_name, check_plain, json_type, load, printable,
+                                shown)
+
+__all__ = ["CLOSE", "MAX_DEPTH", "OPEN", "CallArgs", "CallDone", "CallError", "CallName", "CallParser", "CallStart",
+           "ParseEvent", "ParsedCall", "Text", "parse_native_calls", "printable", "render_system_prompt",
+           "result_message"]
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
+HEAD_CHARS = 4096  # characters of a call read for its name and first arguments while it streams
 _NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _ARGS = re.compile(r'"arguments"\s*:\s*')
 
@@ -90,30 +99,47 @@ class CallDone:
 
 @dataclass(frozen=True)
 class CallError:
-    """A call that cannot be run; `error` is written for the model."""
+    """A call that cannot be run; `error` is written for the model. A native call's error keeps its id."""
 
     index: int
     error: str
     raw: str
+    call_id: str = ""  # a native call's id, which its error answers
+    name: str = ""  # the tool it named, when it named one (escaped)
 
 
 ParseEvent = Text | CallStart | CallName | CallArgs | CallDone | CallError
 
 
-@dataclass
 class CallParser:
-    """Incremental parser of one streamed answer. Feed chunks; call `finish()` at end of stream."""
+    """Incremental parser of one streamed answer. Feed chunks; call `finish()` at end of stream.
 
-    id_prefix: str = "call"
-    _buffer: str = ""  # text not yet reported (may hold a partial tag)
-    _in_call: bool = False
-    _body: str = ""
-    _index: int = 0
-    _name: str | None = None
-    _args_reported: int = 0
-    calls: list[ParsedCall] = field(default_factory=list)
-    errors: list[CallError] = field(default_factory=list)
-    text: str = ""  # all reasoning text outside calls
+    Its work is linear in the answer's length however it is cut: progress events (`CallName`, `CallArgs`)
+    read only the first `HEAD_CHARS` of a call, which is all speculation needs of it.
+    """
+
+    def __init__(self, id_prefix: str = "call") -> None:
+        self.id_prefix = id_prefix
+        self.calls: list[ParsedCall] = []
+        self.errors: list[CallError] = []
+        self._text: list[str] = []  # all reasoning text outside calls, in pieces
+        self._buffer = ""  # text not yet reported (may hold a partial tag)
+        self._in_call = False
+        self._body: list[str] = []  # the open call's text so far, in pieces
+        self._head = ""  # its first HEAD_CHARS characters, where the name and arguments begin
+        self._index = 0
+        self._name: str | None = None
+        self._name_end = 0
+        self._named = False  # the name was looked for to the end (found, or never will be)
+        self._args_at: int | None = None
+        self._args_reported = 0
+
+    @property
+    def text(self) -> str:
+        """All reasoning text outside calls so far."""
+        if len(self._text) > 1:
+            self._text = ["".join(self._text)]
+        return self._text[0] if self._text else ""
 
     def feed(self, chunk: str) -> list[ParseEvent]:
         self._buffer += chunk
@@ -128,30 +154,30 @@ class CallParser:
                     return events
                 self._emit_text(self._buffer[:start], events)
                 self._buffer = self._buffer[start + len(OPEN) :]
-                self._in_call, self._body, self._name, self._args_reported = True, "", None, 0
+                self._open_call()
                 events.append(CallStart(self._index))
                 continue
             end = self._buffer.find(CLOSE)
             if end < 0:
                 keep = _partial_tag_suffix(self._buffer, CLOSE)
-                self._body += self._buffer[: len(self._buffer) - keep]
+                self._add_body(self._buffer[: len(self._buffer) - keep])
                 self._buffer = self._buffer[len(self._buffer) - keep :]
                 self._report_progress(events)
                 return events
-            self._body += self._buffer[:end]
+            self._add_body(self._buffer[:end])
             self._buffer = self._buffer[end + len(CLOSE) :]
             self._report_progress(events)
-            events.append(self._complete(self._body))
+            events.append(self._complete("".join(self._body)))
             self._in_call = False
 
     def finish(self) -> list[ParseEvent]:
         """End of stream: flush text; an unclosed call is accepted if its JSON is complete."""
         events: list[ParseEvent] = []
         if self._in_call:
-            self._body += self._buffer
+            self._add_body(self._buffer)
             self._buffer = ""
             self._report_progress(events)
-            events.append(self._complete(self._body, closed=False))
+            events.append(self._complete("".join(self._body), closed=False))
             self._in_call = False
         elif self._buffer:
             self._emit_text(self._buffer, events)
@@ -160,19 +186,43 @@ class CallParser:
 
     def _emit_text(self, text: str, events: list[ParseEvent]) -> None:
         if text:
-            self.text += text
+            self._text.append(text)
             events.append(Text(text))
 
+    def _open_call(self) -> None:
+        self._in_call, self._body, self._head = True, [], ""
+        self._name, self._name_end, self._named, self._args_at, self._args_reported = None, 0, False, None, 0
+
+    def _add_body(self, text: str) -> None:
+        if text:
+            self._body.append(text)
+            if len(self._head) < HEAD_CHARS:
+                self._head += text[: HEAD_CHARS - len(self._head)]
+
     def _report_progress(self, events: list[ParseEvent]) -> None:
-        if self._name is None:
-            match = _NAME.match(self._body)
-            if not match:
+        """Report the call's name once it is known, then the arguments' text as it grows (within the head)."""
+        head = self._head
+        if not self._named:
+            match = _NAME.match(head)
+            if match is None:
+                self._named = len(head) >= HEAD_CHARS  # a name not found by then is read with the whole call
                 return
-            self._name = json.loads(f'"{match.group(1)}"')
+            self._named = True
+            try:
+                self._name = check_name(json.loads(f'"{match.group(1)}"'))
+            except (ValueError, RecursionError):
+                return  # an unreadable name: the complete call will say what is wrong with it
+            self._name_end = match.end()
             events.append(CallName(self._index, self._name))
-        args = _ARGS.search(self._body)
-        if args and len(self._body) - args.end() > self._args_reported:
-            partial = self._body[args.end() :]
+        if self._name is None:
+            return
+        if self._args_at is None:
+            args = _ARGS.search(head, self._name_end)
+            if args is None or args.end() == len(head):  # more blanks may follow the colon
+                return
+            self._args_at = args.end()
+        if len(head) - self._args_at > self._args_reported:
+            partial = head[self._args_at :]
             self._args_reported = len(partial)
             events.append(CallArgs(self._index, self._name, partial))
 
@@ -182,7 +232,7 @@ class CallParser:
         call_id = f"{self.id_prefix}_{index}"
         try:
             name, arguments = _decode_call(body)
-        except ValueError as exc:
+        except CallRefused as exc:
             hint = "" if closed else f" The call was not closed with {CLOSE}."
             error = CallError(index, f"{exc}{hint}", body)
             self.errors.append(error)
@@ -201,46 +251,64 @@ def _partial_tag_suffix(text: str, tag: str) -> int:
 
 
 def _decode_call(body: str) -> tuple[str, dict[str, Any]]:
-    """Name and arguments from a call's JSON text; ValueError says what is wrong, for the model."""
-    try:
-        obj = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise ValueError(
-            f"The tool call is not valid JSON ({exc.msg} at character {exc.pos}). Write "
-            '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> with double-quoted keys.'
-        ) from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
-        raise ValueError('The tool call needs a "name" string, as in {"name": "<tool>", "arguments": {...}}.')
-    return obj["name"], _decode_arguments(obj.get("arguments", {}))
+    """Name and arguments from a call's JSON text; CallRefused says what is wrong, for the model."""
+    obj = load(body, "The tool call")
+    if not isinstance(obj, dict):
+        raise CallRefused('The tool call needs a "name" string, as in {"name": "<tool>", "arguments": {...}}.')
+    return check_name(obj.get("name")), _decode_arguments(obj.get("arguments", {}), checked=True)
 
 
-def _decode_arguments(arguments: Any) -> dict[str, Any]:
-    """Arguments as an object; a JSON string holding an object (OpenAI style) is accepted too."""
+def _decode_arguments(arguments: Any, checked: bool = False) -> dict[str, Any]:
+    """Arguments as an object of plain data; a JSON string holding an object (OpenAI style) is accepted too.
+
+    `checked`: the value was decoded from JSON here already, and so is plain data."""
     if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments) if arguments.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"The call's arguments are not valid JSON ({exc.msg}).") from None
+        arguments = load(arguments, "The call's arguments") if arguments.strip() else {}
+    elif not checked:
+        check_plain(arguments, "The call's arguments")
     if not isinstance(arguments, dict):
-        raise ValueError(f'"arguments" must be a JSON object of named arguments, not {type(arguments).__name__}.')
+        raise CallRefused(f'"arguments" must be a JSON object of named arguments, not {json_type(arguments)}. '
+                          'Write them as {"path": "src/app.py"}, for example.')
     return arguments
 
 
-def parse_native_calls(tool_calls: list[dict[str, Any]]) -> tuple[list[ParsedCall], list[CallError]]:
-    """OpenAI-style `tool_calls` ({"id", "function": {"name", "arguments"}}) to parsed calls and errors."""
+def parse_native_calls(tool_calls: Any) -> tuple[list[ParsedCall], list[CallError]]:
+    """OpenAI-style `tool_calls` ({"id", "function": {"name", "arguments"}}) to parsed calls and errors.
+
+    Anything else the engine hands over (not a list, items that are not calls) becomes errors too.
+    """
+    if not isinstance(tool_calls, list):
+        return [], [CallError(0, "The tool calls were not a list of calls. Write each call as "
+                                 '{"name": "<tool>", "arguments": {...}}.', _raw(tool_calls))]
     calls: list[ParsedCall] = []
     errors: list[CallError] = []
     for index, item in enumerate(tool_calls):
-        function = item.get("function") or {}
-        name = function.get("name")
+        call_id = _native_id(item, index)
+        function = item.get("function") if isinstance(item, dict) else None
+        name = function.get("name") if isinstance(function, dict) else None
         try:
+            if not isinstance(function, dict):
+                raise CallRefused('The tool call has no function: write {"name": "<tool>", "arguments": {...}}.')
             if not isinstance(name, str) or not name:
-                raise ValueError("The tool call has no function name.")
-            calls.append(ParsedCall(str(item.get("id") or f"call_{index}"), name,
-                                    _decode_arguments(function.get("arguments", {}))))
-        except ValueError as exc:
-            errors.append(CallError(index, str(exc), json.dumps(item)))
+                raise CallRefused('The tool call has no function name: write {"name": "<tool>", "arguments": {...}}.')
+            calls.append(ParsedCall(call_id, check_name(name), _decode_arguments(function.get("arguments", {}))))
+        except CallRefused as exc:
+            named = shown(name, MAX_NAME) if isinstance(name, str) else ""
+            errors.append(CallError(index, str(exc), _raw(item), call_id, named))
     return calls, errors
+
+
+def _native_id(item: Any, index: int) -> str:
+    """A native call's id as the engine gave it, or `call_<index>` when it gave none usable."""
+    given = item.get("id") if isinstance(item, dict) else None
+    if isinstance(given, str) and given and given.isprintable():
+        return given
+    return f"call_{index}"
+
+
+def _raw(value: Any) -> str:
+    """A bounded text of what the engine handed over, for the record (never raises, whatever it is)."""
+    return reprlib.repr(value)
 
 
 def render_system_prompt(tool_specs: list[dict[str, Any]], root: str, native_tools: bool = False) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from harness import protocol
@@ -128,9 +128,84 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(m
        cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=8))
 def test_any_chunking_parses_the_same(prefix: str, name: str, arguments: dict, cuts: list[int]) -> None:
     body = json.dumps({"name": name, "arguments": arguments})
+    assume(protocol.CLOSE not in body)  # the closing tag ends a call wherever it stands, inside a string too
     text = prefix + "<tool_call>" + body + "</tool_call>"
     points = sorted({min(c, len(text)) for c in cuts})
     chunks = [text[a:b] for a, b in zip([0, *points], [*points, len(text)])]
     parser, _ = feed_all(chunks)
     assert parser.text == prefix
-    assert [(c.name, c.arguments) for c in parser.calls] == [(name, arguments)]
+    # A name with unprintable characters comes out escaped (it can name no tool); any other exactly as written.
+    assert [(c.name, c.arguments) for c in parser.calls] == [(protocol.printable(name), arguments)]
+
+
+# -- hostile answers: every one is a call or an error for the model, never an exception ---------------------
+
+
+def only_error(text: str) -> str:
+    parser, events = feed_all(char_chunks(text) if len(text) < 2000 else [text])
+    assert parser.calls == []
+    [error] = [e for e in events if isinstance(e, CallError)]
+    return error.error
+
+
+def test_unprintable_characters_in_a_name_are_escaped() -> None:
+    parser, events = feed_all(char_chunks('<tool_call>{"name": "read\\u001b[2J\\u0000\\u202e", "arguments": {}}</tool_call>'))
+    [name] = [e.name for e in events if isinstance(e, CallName)]
+    assert name == parser.calls[0].name == "read\\x1b[2J\\x00\\u202e"
+    assert "Invalid control character" in only_error('<tool_call>{"name": "read\x1bfile", "arguments": {}}</tool_call>')
+    assert "surrogate" in only_error('<tool_call>{"name": "read\\ud800", "arguments": {}}</tool_call>')
+
+
+def test_deep_nesting_is_refused_in_the_call_and_in_arguments_given_as_a_string() -> None:
+    deep = "[" * 5000 + "]" * 5000
+    assert "more than 64 levels deep" in only_error('<tool_call>{"name": "grep", "arguments": {"p": ' + deep + "}}</tool_call>")
+    inner = json.dumps({"pattern": json.loads("[" * 100 + "]" * 100)})
+    assert "more than 64 levels deep" in only_error('<tool_call>{"name": "grep", "arguments": ' + json.dumps(inner) + "}</tool_call>")
+    flat = json.loads("[" * 60 + "]" * 60)
+    parser, _ = feed_all(['<tool_call>{"name": "grep", "arguments": ' + json.dumps({"p": flat}) + "}</tool_call>"])
+    assert parser.calls[0].arguments == {"p": flat}
+
+
+def test_numbers_json_does_not_allow_are_refused_and_say_what_to_write() -> None:
+    call = '<tool_call>{"name": "read_file", "arguments": {"start_line": %s}}</tool_call>'
+    for number, said in (("NaN", "NaN"), ("-Infinity", "-Infinity"), ("1e999", "1e999"), ("9" * 5000, "5000 digits")):
+        error = only_error(call % number)
+        assert said in error and "Write" in error
+    parser, _ = feed_all([call % ("9" * 300)])
+    assert parser.calls[0].arguments == {"start_line": int("9" * 300)}
+
+
+def test_a_lone_surrogate_is_refused_and_a_pair_is_kept() -> None:
+    assert "surrogate" in only_error('<tool_call>{"name": "read_file", "arguments": {"path": "a\\udc00.py"}}</tool_call>')
+    parser, _ = feed_all(['<tool_call>{"name": "read_file", "arguments": {"path": "\\ud83d\\ude00.py"}}</tool_call>'])
+    assert parser.calls[0].arguments == {"path": "\U0001f600.py"}
+
+
+def test_a_huge_call_streamed_in_small_chunks_is_read_once() -> None:
+    content = "x = 1\n" * 100_000
+    text = "I will write it. " + CALL.replace('"arguments": {', '"arguments": {"content": ' + json.dumps(content) + ", ")
+    parser = CallParser()
+    events = [event for start in range(0, len(text), 3) for event in parser.feed(text[start:start + 3])]
+    events += parser.finish()
+    assert parser.calls[0].arguments["content"] == content
+    partials = [e.partial for e in events if isinstance(e, CallArgs)]
+    assert partials and len(partials[-1]) < protocol.HEAD_CHARS  # progress is read from the call's head only
+
+
+def test_native_calls_of_any_shape_become_calls_or_errors() -> None:
+    deep: dict = {}
+    for _ in range(10_000):
+        deep = {"a": deep}
+    calls, errors = protocol.parse_native_calls([
+        {"id": "ok", "function": {"name": "grep", "arguments": {"pattern": "x"}}},
+        "read_file", None, {"id": 5, "function": "grep"}, {"function": {"name": 7}},
+        {"id": "deep", "function": {"name": "grep", "arguments": deep}},
+        {"id": "nan", "function": {"name": "grep", "arguments": '{"pattern": NaN}'}},
+        {"id": "\ud800", "function": {"name": "gr\x1bep", "arguments": "{}"}},
+    ])
+    assert [(c.call_id, c.name, c.arguments) for c in calls] == [("ok", "grep", {"pattern": "x"}),
+                                                                  ("call_7", "gr\\x1bep", {})]
+    assert [(e.index, e.call_id) for e in errors] == [(1, "call_1"), (2, "call_2"), (3, "call_3"), (4, "call_4"),
+                                                       (5, "deep"), (6, "nan")]
+    assert "levels deep" in errors[4].error and "NaN" in errors[5].error and errors[4].name == "grep"
+    assert protocol.parse_native_calls({"not": "a list"})[1][0].error.startswith("The tool calls were not a list")

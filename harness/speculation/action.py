@@ -94,7 +94,7 @@ def to_int(value: Any) -> int | None:
     """An int from a JSON value or string; None when it is not one."""
     try:
         return int(value) if value is not None and value != "" else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an infinite float
         return None
 
 

@@ -47,7 +47,9 @@ def canonical(name: str, arguments: dict[str, Any], root: str = "") -> Action:
         return make(name, clean, TOOL_KINDS[name])
     if name == "run_tests":
         command = args.get("command")
-        return make("run_tests", {"command": normalize_command(command) if command else None}, TEST)
+        if isinstance(command, str) or not command:
+            command = normalize_command(command) if command else None
+        return make("run_tests", {"command": command}, TEST)  # a command of another type keeps its own key
     if name == "finish":
         return make("finish", {}, FINISH)
     return make(name, {k: v for k, v in sorted(args.items())}, foreign_kind(name), UNKNOWN)
