@@ -10,12 +10,14 @@ submission. A saved session goes on from its trajectory (`restore`).
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from harness import protocol
 from harness.approval import ApprovalPolicy
@@ -35,8 +37,11 @@ from tools import run_tool, tool_specs
 from tools.base import Effect, Observation, Tool
 
 EventSink = Callable[[Event], None]
+T = TypeVar("T")
+_log = logging.getLogger(__name__)
 PREFIX_CHARS = 8  # first-argument characters after which moment (c) predicts once more
 SHELL_TOOL = "bash"  # the tool whose commands the approval policy judges
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -90,13 +95,14 @@ class Session:
         self.speculation = (SpeculationScheduler(workspace, self.tools, analyzer, self.emit, self.now, budget)
                             if analyzer is not None else None)
         if self.speculation is not None:
-            self.sinks.insert(0, self.speculation.observe)
+            self.sinks.insert(0, self.observe_speculation)
         self.observation = (ObservationSpeculator(engine, self.emit, self.now, provisional)
                             if self.speculation is not None and warm else None)
         self._provisional: Warm | None = None  # a next Think step started on a guess that proved right
         self.approval, self.live_sinks = approval, list(live_sinks or [])
         self.inbox: asyncio.Queue[str | None] | None = asyncio.Queue() if interactive else None
         self.speculating = self.speculation is not None
+        self._speculation_broke = False  # speculation failed once: off for good, the session goes on without it
         self.resumed: Outcome | None = None  # how the saved session had stopped, once restored
         self.session_id = uuid.uuid4().hex[:12]
         self.steps = 0
@@ -137,8 +143,11 @@ class Session:
         finally:
             if self.observation is not None:
                 await self.observation.close()
-            if self.speculation is not None:
-                await self.speculation.close()
+            if self.speculation is not None and not self._speculation_broke:
+                try:
+                    await self.speculation.close()
+                except Exception as exc:  # noqa: BLE001 - see speculation_failed
+                    self.speculation_failed("closing", exc)
             end = SessionEnd(self.now(), outcome.status, outcome.reason, outcome.summary, self.steps,
                              await self.workspace_diff(), self.output_tokens)
             self.emit(end)
@@ -168,14 +177,36 @@ class Session:
         self.steps += 1
         self.launch("a")
         answer = await self.query()
-        self._open = list(answer.calls)
-        if not answer.calls:
-            error = answer.errors[0].error if answer.errors else protocol.FORMAT_REMINDER
-            self.emit(FormatError(self.now(), self.steps, error))
-            self.messages.append({"role": "user", "content": error})
-            return
-        for call in answer.calls:
-            await self.act(call)
+        calls, told = self.in_order(answer)
+        self._open = [call for call, _ in calls]
+        if not calls and not told:
+            told = [protocol.FORMAT_REMINDER]
+        for call, error in calls:
+            if error is None:
+                await self.act(call)
+            else:  # a malformed native call: it has an id, and every id must be answered
+                self.answer(call, Observation(error, is_error=True), 0.0)
+        if told:
+            self.tell("\n".join(told))
+
+    def in_order(self, answer: Answer) -> tuple[list[tuple[protocol.ParsedCall, str | None]], list[str]]:
+        """The answer's calls in the model's order, a malformed native call with its error; and the errors of
+        the rest (a text-protocol call that could not be read has no id: the model is told after the calls)."""
+        answerable = [e for e in answer.errors if e.call_id and self.engine.native_tools]
+        told = [e.error for e in answer.errors if not (e.call_id and self.engine.native_tools)]
+        native = {e.index: e for e in answerable}
+        good = iter(answer.calls)
+        calls: list[tuple[protocol.ParsedCall, str | None]] = []
+        for index in range(len(answer.calls) + len(native)):
+            error = native.get(index)
+            calls.append((protocol.ParsedCall(error.call_id, error.name, {}), error.error) if error is not None
+                         else (next(good), None))
+        return calls, told
+
+    def tell(self, error: str) -> None:
+        """Tell the model what was wrong with its answer's calls (a text-protocol answer has no call ids)."""
+        self.emit(FormatError(self.now(), self.steps, error))
+        self.messages.append({"role": "user", "content": error})
 
     async def query(self) -> Answer:
         """Stream one answer from the engine, parsing calls as they arrive."""
@@ -189,12 +220,13 @@ class Session:
         raw, native, usage, finish_reason = "", None, Usage(), None
         async for chunk in stream:
             if chunk.text:
+                text = _valid_unicode(chunk.text)
                 if not raw:
                     self.emit(LLMFirstToken(self.now(), self.steps, request.request_id))
-                raw += chunk.text
+                raw += text
                 if self.live_sinks:
-                    self.emit_live(LLMDelta(self.now(), self.steps, chunk.text))
-                for event in parser.feed(chunk.text):
+                    self.emit_live(LLMDelta(self.now(), self.steps, text))
+                for event in parser.feed(text):
                     self.speculate_early(event, parser)
             native = chunk.tool_calls or native
             usage = chunk.usage or usage
@@ -219,8 +251,8 @@ class Session:
             raise Finished(str(call.arguments.get("summary", "")))
         started = time.monotonic()
         if tool is None:
-            observation = Observation(f"Unknown tool {call.name!r}. Available tools: {', '.join(sorted(self.tools))}.",
-                                      is_error=True)
+            observation = Observation(f"Unknown tool '{protocol.printable(call.name)}'. Available tools: "
+                                      f"{', '.join(sorted(self.tools))}.", is_error=True)
         else:
             observation = await self.refusal(call) or await self.execute(call, tool)
         self.answer(call, observation, time.monotonic() - started)
@@ -228,8 +260,12 @@ class Session:
 
     async def execute(self, call: protocol.ParsedCall, tool: Tool) -> Observation:
         """The call's observation: a promoted speculation's, or a real run's."""
-        speculation = self.active_speculation
-        promoted = await speculation.take(call) if speculation is not None else None
+        speculation, promoted = self.active_speculation, None
+        if speculation is not None:
+            try:
+                promoted = await speculation.take(call)
+            except Exception as exc:  # noqa: BLE001 - see speculation_failed
+                self.speculation_failed("taking a result", exc)
         warm = self.warm_up(call, tool) if promoted is None else None
         observation = promoted or await run_tool(tool, call.arguments, self.workspace)
         if warm is not None and self.observation is not None:
@@ -278,7 +314,7 @@ class Session:
         """Pre-fill the next prompt on the output this call gave last time, while it runs for real."""
         if self.observation is None or self.active_speculation is None or tool.effect is not Effect.SANDBOXED:
             return None
-        predicted = self.active_speculation.last_output(call)
+        predicted = self.guarded("guessing an output", lambda: self.active_speculation.last_output(call))
         if predicted is None:
             return None
         messages = [*self.messages, protocol.result_message(call, predicted, self.engine.native_tools)]
@@ -294,8 +330,9 @@ class Session:
             case protocol.CallStart():
                 self.launch("b", Partial(text=parser.text))
             case protocol.CallName(index=index, name=name):
-                if index == 0 and self.active_speculation is not None:
-                    self.active_speculation.narrow(name)  # its place may go to a candidate of this tool
+                if index == 0 and (speculation := self.active_speculation) is not None:
+                    # its place may go to a candidate of this tool
+                    self.guarded("narrowing", lambda: speculation.narrow(name))
                 self.launch("c", Partial(text=parser.text, name=name))
             case protocol.CallArgs(index=index, name=name, partial=raw) if index not in self._prefixed:
                 if len(prefix := args_prefix_of(raw)) >= PREFIX_CHARS:
@@ -311,12 +348,44 @@ class Session:
         """Start the predicted calls worth it at this moment, and say when each one is ready."""
         if self.speculation is None:
             return
+        speculation = self.speculation
         if not self.speculating:
-            self.speculation.discard_all("speculation turned off")  # here no call is waiting on one
+            if not self._speculation_broke:  # here no call is waiting on one
+                self.guarded("discarding", lambda: speculation.discard_all("speculation turned off"))
             return
-        for spec in self.speculation.launch(moment, self.steps, partial):
+        for spec in self.guarded("predicting", lambda: speculation.launch(moment, self.steps, partial)) or []:
             if spec.task is not None:
                 spec.task.add_done_callback(lambda _, spec=spec: self.ready(spec))
+
+    def observe_speculation(self, event: Event) -> None:
+        """The first sink: speculation learns from every event (while it works)."""
+        if self.speculation is not None and not self._speculation_broke:
+            self.guarded("learning", lambda: self.speculation.observe(event))  # type: ignore[union-attr]
+
+    def guarded(self, doing: str, work: Callable[[], T]) -> T | None:
+        """Do speculation's part of a step; if it fails, speculation is turned off and the session goes on."""
+        try:
+            return work()
+        except Exception as exc:  # noqa: BLE001 - see speculation_failed
+            self.speculation_failed(doing, exc)
+            return None
+
+    def speculation_failed(self, doing: str, exc: Exception) -> None:
+        """Speculation may only ever cost time: a failure in it (a bug) turns it off for the rest of the session,
+        says so (spec_toggle, and a warning in the log), and the model's calls run for real from then on."""
+        first = not self._speculation_broke
+        self._speculation_broke = True
+        if first:
+            _log.warning("speculation failed while %s (%s: %s); it is off for the rest of this session", doing,
+                         type(exc).__name__, exc, exc_info=_log.isEnabledFor(logging.DEBUG))
+        if self.speculating:
+            self.speculating = False
+            self.emit(SpecToggle(self.now(), self.steps, False))
+        if first and self.speculation is not None:
+            try:
+                self.speculation.discard_all(f"speculation failed ({type(exc).__name__})")
+            except Exception:  # noqa: BLE001 - already broken; what still runs ends with the session
+                pass
 
     def ready(self, spec: Speculation) -> None:
         """A speculation's run ended: say so while its result waits for the model's call."""
@@ -345,7 +414,7 @@ class Session:
 
     def set_speculation(self, enabled: bool) -> bool:
         """Turn speculation on or off from the next moment on; False when this session has no analyzer."""
-        if self.speculation is None:
+        if self.speculation is None or self._speculation_broke:
             return False
         if enabled != self.speculating:
             self.speculating = enabled
@@ -361,9 +430,12 @@ class Session:
         self._t0 = time.monotonic() - history.last_t
         self.resumed = Outcome(history.status, history.reason)
         if self.speculation is not None:
-            for event in events:
-                if not event.type.startswith("spec_"):
-                    self.speculation.analyzer.observe(event)  # predictions only; results are never reused
+            try:
+                for event in events:
+                    if not event.type.startswith("spec_"):
+                        self.speculation.analyzer.observe(event)  # predictions only; results are never reused
+            except Exception as exc:  # noqa: BLE001 - a saved session the analyzer cannot follow only predicts less
+                _log.warning("speculation could not learn from the saved session (%s: %s)", type(exc).__name__, exc)
 
     def opening(self) -> Event:
         """session_start, or session_resume for a restored session."""
@@ -378,8 +450,8 @@ class Session:
         """Wait for the user's next message and add it to the conversation; False when the session ends."""
         if self.inbox is None:
             return False
-        if self.speculation is not None:
-            self.speculation.discard_all("the model stopped")
+        if self.speculation is not None and not self._speculation_broke:
+            self.guarded("discarding", lambda: self.speculation.discard_all("the model stopped"))  # type: ignore[union-attr]
         if outcome is not None:
             self.emit(TurnEnd(self.now(), outcome.status, outcome.reason, outcome.summary, self.steps))
         text = await self.inbox.get()
@@ -418,8 +490,8 @@ class Session:
             self.workspace.bump()
         for call in list(self._open):
             self.answer(call, Observation("[interrupted by the user]", is_error=True), 0.0)
-        if self.speculation is not None:
-            self.speculation.discard_all("interrupted by the user")
+        if self.speculation is not None and not self._speculation_broke:
+            self.guarded("discarding", lambda: self.speculation.discard_all("interrupted by the user"))  # type: ignore[union-attr]
         if self.observation is not None:
             await self.observation.close()
         self._provisional = None
@@ -435,6 +507,12 @@ class Session:
                 result = close()
                 if asyncio.iscoroutine(result):
                     await result
+
+
+def _valid_unicode(text: str) -> str:
+    """The model's text with any half of a UTF-16 surrogate pair replaced by U+FFFD: what cannot be encoded
+    as UTF-8 must not reach the prompt, the terminal or the trajectory."""
+    return _SURROGATE.sub("\ufffd", text) if not text.isprintable() else text
 
 
 def _wall_clock() -> str:

@@ -45,6 +45,7 @@ class Step:
     mentions: list[tuple[str, int | None]] = field(default_factory=list)
     signal: str = "none"  # what the output says at a glance: traceback, error, failed, long, short, ...
     entries: list[str] = field(default_factory=list)  # what a listing shows, joined to its folder
+    call_id: str = ""  # the call's id, which its result carries
 
 
 @dataclass
@@ -124,7 +125,7 @@ class SessionState:
 
     def _call(self, event: ToolCall) -> None:
         action = canonical(event.name, event.arguments, self.root)
-        step = Step(len(self.steps), action, event.name, event.arguments, self.version)
+        step = Step(len(self.steps), action, event.name, event.arguments, self.version, call_id=event.call_id)
         self.steps.append(step)
         stats = self.keys.pop(action.key, None)
         count = stats.count + 1 if stats else 1
@@ -178,8 +179,9 @@ class SessionState:
 
     def _result(self, event: ToolResult) -> None:
         step = self.last
-        if step is None:
-            return
+        if step is None or (step.call_id and event.call_id and step.call_id != event.call_id
+                            and all(s.call_id != event.call_id for s in self.steps[-16:])):
+            return  # the result of no call made: a malformed one the session answered without running it
         step.exit_code = event.exit_code
         step.ok = (not event.is_error) if event.exit_code is None else event.exit_code == 0
         step.empty = not event.output.strip()
