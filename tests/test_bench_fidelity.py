@@ -7,6 +7,7 @@ Everything runs for real: real trees, real sessions, a real SpeculationScheduler
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -14,6 +15,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -22,9 +24,11 @@ from harness.bench import fidelity
 from harness.bench.fidelity import Verdict, World, compare, run_cases
 from harness.bench.fidelity_tree import Places, Snapshot, build, diff_trees, remove, snapshot
 from harness.bench.fidelity_cases import Call, Case, Entry, Outside
-from harness.bench.fidelity_kinds import KINDS, case_by_id, generate
+from harness.bench.fidelity_kinds import KINDS, nested, case_by_id, generate
+from harness.bench.fidelity_world import after_speculation
 from harness.speculation.scheduler import SpeculationScheduler
 from sandbox import Workspace
+from tools.base import Observation
 
 SEED = 21
 SMALL_RUN = 150  # 25 cases of each kind: about half a minute on a busy 2-core machine
@@ -142,6 +146,40 @@ def test_a_nondeterministic_call_is_judged_by_its_pattern_and_never_stale() -> N
     odd = ("real 'run_tests'", ("$ date +%s%N\nnow\n[exit code 0]", False, 0, 0))
     wrong = compare(case, World(seen=[earlier, odd]), off)
     assert wrong and "no output a real run gives" in wrong[0]
+
+
+def test_earlier_runs_of_a_nondeterministic_call_are_judged_by_its_pattern_too() -> None:
+    call = Call("run_tests", {"command": "date +%s%N"})
+    case = simple_case(call, history=(call,), expect=r"\$ date \+%s%N\n[0-9]{19}\n\[exit code 0\]")
+    text = "$ date +%s%N\n{}\n[exit code 0]".format
+    on = World(seen=[("h0 'run_tests'", (text(1700000000000000001), False, 0, 0)),
+                     ("real 'run_tests'", (text(1700000000000000003), False, 0, 0))])
+    off = World(seen=[("h0 'run_tests'", (text(1700000000000000002), False, 0, 0)),
+                      ("real 'run_tests'", (text(1700000000000000004), False, 0, 0))])
+    assert compare(case, on, off) == []
+
+
+def test_placeholders_are_filled_at_any_depth_a_model_can_send(tmp_path: Path) -> None:
+    places = Places(tmp_path, "tao-fid-test-fill")
+    filled = places.fill({"path": nested(700, "%WS%/a.py")})
+    assert json.dumps(filled).count(f"{places.ws}/a.py") == 1 and "%WS%" not in json.dumps(filled)
+
+
+async def test_a_mark_in_the_command_itself_is_no_escape() -> None:
+    # A multi-line hostile command names the mark in its own text; only its output may count.
+    command = "python3 - <<'EOF'\nprint('TAO-ESCAPED:x' if False else 'refused')\nEOF"
+
+    def spec(output: str) -> SimpleNamespace:
+        """A finished speculation of `command` that printed `output`."""
+        task = asyncio.get_running_loop().create_future()
+        task.set_result(Observation(f"$ {command}\n{output}\n[exit code 0]"))
+        return SimpleNamespace(task=task, candidate=SimpleNamespace(arguments={"command": command}))
+
+    world = World()
+    after_speculation([spec("refused")], world)
+    assert world.escapes == []
+    after_speculation([spec("TAO-ESCAPED:x")], world)
+    assert world.escapes == ["speculation printed: TAO-ESCAPED:x"]
 
 
 # -- whole cases: sabotage is caught, chance is not blamed ---------------------------------------------

@@ -90,7 +90,7 @@ def near_miss(rng: random.Random, cid: str) -> Case:
     return case(cid, "near-miss", label, tree, steps, json_call(name, candidate), json_call(name, real), rng)
 
 
-def _nested(depth: int, leaf: Any = "a.py") -> Any:
+def nested(depth: int, leaf: Any = "a.py") -> Any:
     """`leaf` inside `depth` levels of objects and arrays, as a model could send it."""
     value = leaf
     for i in range(depth):
@@ -123,9 +123,9 @@ def invalid(rng: random.Random, cid: str) -> Case:
         ("float-nan", read, "read_file", {"path": "a.py", "start_line": float("nan")}),
         ("float-huge", read, "read_file", {"path": "a.py", "start_line": 1e308}),
         ("depth-huge", ("list_files", {}), "list_files", {"depth": 10 ** 25}),
-        ("deep-arg", read, "read_file", {"path": "a.py", "x": _nested(rng.randint(50, 600))}),
-        ("deep-path", read, "read_file", {"path": _nested(rng.randint(50, 600))}),
-        ("deep-command", ("run_tests", {"command": "true"}), "run_tests", {"command": _nested(300, "true")}),
+        ("deep-arg", read, "read_file", {"path": "a.py", "x": nested(rng.randint(50, 600))}),
+        ("deep-path", read, "read_file", {"path": nested(rng.randint(50, 600))}),
+        ("deep-command", ("run_tests", {"command": "true"}), "run_tests", {"command": nested(300, "true")}),
         ("long-path", read, "read_file", {"path": "a" * rng.choice((300, 5000, 100_000))}),
         ("command-int", ("run_tests", {"command": "true"}), "run_tests", {"command": 1}),
         ("pattern-null", ("grep", {"pattern": "def"}), "grep", {"pattern": None}),
