@@ -1,58 +1,48 @@
-"""The sandbox stage: enters private namespaces, mounts the overlay at the workspace path, applies limits,
-then execs the command.
+"""The sandbox stage: private namespaces, a new root of throwaway layers, a confined command, a report.
 
 Started by `sandbox.runner` as `python -I -S enter.py SPEC -- ARGV...` (SPEC: a dict, marshalled and
 hex-encoded; the same interpreter writes and reads it). It runs outside the package (`-I` drops the import
-path), so it imports nothing from `sandbox`, and it imports only C modules, because every run pays for
-its start-up (json, re, signal and socket would double it). The steps, in order:
+path) and loads only its own parts (`sandbox/stage/`) and C-backed modules, since every run pays for its
+start-up. Three processes:
 
-    parent-death signal -> unshare (user, mount, net, pid namespaces) -> map the caller to root in the
-    user namespace -> make all mounts private -> open every source dir (O_PATH) -> fork pid 1 of the
-    pid namespace -> mount /proc, the private /tmp dirs, the overlay (or the view) at the workspace path
-    -> loopback up -> every other mount read-only -> fork the command: drop back to the caller's uid
-    (user namespace) or drop CAP_SYS_ADMIN (real root), rlimits, nice, chdir, exec.
+    stage   parent-death signal -> unshare (mount, pid; and user, mapping the caller to root, in "user"
+            mode) -> private propagation -> open every mount source (O_PATH) -> fork pid 1 -> wait; pass
+            pid 1's report on (with the CPU seconds of the whole tree) and exit the way the command did
+    pid 1   non-dumpable -> build the world and pivot into it (`stage.world`) -> close the sources -> fork
+            the command, write its user namespace's id maps -> reap until the command ends -> kill the
+            rest of the pid namespace -> report: exit status, writes outside the workspace, network
+            counters, peak memory, signals seen
+    command unshare a user namespace (as root: the whole id range mapped identically, so file powers are
+            as in a real run while the capabilities of the initial namespace are gone; as a user: your
+            own uid) and a network namespace with loopback up -> rlimits, nice, chdir ->
+            no_new_privs + seccomp (`stage.guard`) -> exec. Where no user namespace can be made, the
+            bounding set is cut to the file powers instead (`inner: "caps"`).
 
 A failure before exec prints one line `\\0tao-sandbox <hex of a marshalled dict>` and exits 125 (setup)
-or 126/127 (exec), which `sandbox.runner` turns back into an exception. With `cpu_fd` in SPEC (and a pid
-namespace), the stage writes the CPU seconds of the whole run, a double in 8 bytes, to that descriptor
-once the command has ended.
+or 126/127 (exec), which `sandbox.runner` turns back into an exception. With `report_fd` in SPEC the stage
+writes its report (a marshalled dict) there once the command has ended.
 """
 
 from __future__ import annotations
 
 import _signal as signal
-import _socket
-import ctypes
 import errno
-import fcntl
 import marshal
 import os
 import resource
-import struct
 import sys
 
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 1, 24, 47, 4
-CAP_SYS_ADMIN = 21
-SYS_MOUNT_SETATTR = 442  # the same number on every architecture (new syscalls share one table)
-AT_FDCWD, MOUNT_ATTR_RDONLY = -100, 1
-SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+
+from stage import guard, network  # noqa: E402
+from stage.calls import (CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, MS_PRIVATE, MS_REC,  # noqa: E402
+                         PR_SET_DUMPABLE, PR_SET_PDEATHSIG, StepFailed, mount, prctl, unshare, write_file)
+from stage.world import World  # noqa: E402
+
 MARKER = b"\0tao-sandbox "
 SETUP_FAILED = 125
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-_libc.syscall.restype = ctypes.c_long
-
-
-class StepFailed(Exception):
-    """A setup step failed; carries the step name and errno for the report."""
-
-    def __init__(self, step: str, err: int, detail: str = "") -> None:
-        super().__init__(step)
-        self.step, self.err, self.detail = step, err, detail
+FULL_RANGE = 4294967295
+LIMIT_SIGNALS = (signal.SIGXCPU, signal.SIGXFSZ, signal.SIGKILL)
 
 
 def report(kind: str, step: str, err: int, detail: str, code: int) -> None:
@@ -62,44 +52,24 @@ def report(kind: str, step: str, err: int, detail: str, code: int) -> None:
     os._exit(code)
 
 
-def check(result: int, step: str, detail: str = "") -> None:
-    """Raise StepFailed when a libc call returned -1."""
-    if result == -1:
-        raise StepFailed(step, ctypes.get_errno(), detail)
+def map_own(inside_uid: int, outside_uid: int, inside_gid: int, outside_gid: int, pid: str, step: str) -> None:
+    """Map one uid and one gid of the parent user namespace into the user namespace of `pid`."""
+    write_file(f"/proc/{pid}/setgroups", "deny", step)
+    write_file(f"/proc/{pid}/uid_map", f"{inside_uid} {outside_uid} 1\n", step)
+    write_file(f"/proc/{pid}/gid_map", f"{inside_gid} {outside_gid} 1\n", step)
 
 
-def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None, step: str) -> None:
-    """mount(2) with errors as StepFailed."""
-    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
-    check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), step, target)
-
-
-def write_file(path: str, text: str, step: str) -> None:
-    """Write a /proc control file in one write(2)."""
-    try:
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            os.write(fd, text.encode())
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise StepFailed(step, exc.errno or 0, path) from None
-
-
-def map_ids(inside_uid: int, outside_uid: int, inside_gid: int, outside_gid: int, step: str) -> None:
-    """Map one uid and one gid of the parent user namespace into the one just unshared."""
-    write_file("/proc/self/setgroups", "deny", step)
-    write_file("/proc/self/uid_map", f"{inside_uid} {outside_uid} 1\n", step)
-    write_file("/proc/self/gid_map", f"{inside_gid} {outside_gid} 1\n", step)
-
-
-def escape_option(path: str) -> str:
-    """Escape a path for an overlayfs option list (',' separates options, ':' separates layers)."""
-    return path.replace("\\", "\\\\").replace(",", "\\,").replace(":", "\\:")
+def map_command(spec: dict, pid: int) -> None:
+    """The command's user namespace: every id as itself (real root), or back to the caller's own ids."""
+    if spec.get("userns"):
+        map_own(spec["uid"], 0, spec["gid"], 0, str(pid), "inner-userns")
+    else:
+        write_file(f"/proc/{pid}/uid_map", f"0 0 {FULL_RANGE}\n", "inner-userns")
+        write_file(f"/proc/{pid}/gid_map", f"0 0 {FULL_RANGE}\n", "inner-userns")
 
 
 def open_sources(spec: dict) -> dict[str, str]:
-    """Open every source dir before any mount hides it; map each path to a /proc/self/fd path."""
+    """Open every mount source before anything moves; map each path to a /proc/self/fd path."""
     paths: dict[str, str] = {}
     for m in spec["mounts"]:
         for key in ("lower", "upper", "work", "source"):
@@ -111,120 +81,6 @@ def open_sources(spec: dict) -> dict[str, str]:
                     raise StepFailed("open", exc.errno or 0, path) from None
                 paths[path] = f"/proc/self/fd/{fd}"
     return paths
-
-
-def mount_all(spec: dict, fds: dict[str, str]) -> None:
-    """Mount the private dirs, then the workspace view; targets inside a private dir are created."""
-    mounted: list[str] = []
-    for m in spec["mounts"]:
-        target, kind = m["target"], m["type"]
-        if not os.path.isdir(target):
-            if not any(target.startswith(t.rstrip("/") + "/") for t in mounted):
-                raise StepFailed(f"mount:{target}", errno.ENOENT, "the mount point does not exist")
-            try:  # inside a private dir (a workspace under /tmp): the real tree is not touched
-                os.makedirs(target)
-            except OSError as exc:
-                raise StepFailed(f"mount:{target}", exc.errno or 0, "cannot create the mount point") from None
-        mounted.append(target)
-        if kind == "bind":
-            mount(fds[m["source"]], target, None, MS_BIND | MS_REC, None, f"mount:{target}")
-            if m.get("readonly"):
-                make_readonly(target, "")
-        elif kind == "tmpfs":
-            mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={m['size']}", f"mount:{target}")
-        elif kind == "overlay":
-            opts = [f"lowerdir={escape_option(fds[m['lower']])}", f"upperdir={escape_option(fds[m['upper']])}",
-                    f"workdir={escape_option(fds[m['work']])}", *m.get("options", [])]
-            mount("overlay", target, "overlay", 0, ",".join(opts), f"mount:{target}")
-        elif kind == "fuse-overlayfs":
-            opts = f"lowerdir={fds[m['lower']]},upperdir={fds[m['upper']]},workdir={fds[m['work']]}"
-            import subprocess
-
-            done = subprocess.run([m["binary"], "-o", opts, target], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, pass_fds=[int(p.rsplit("/", 1)[1]) for p in fds.values()])
-            if done.returncode != 0:
-                raise StepFailed(f"mount:{target}", errno.EIO, done.stderr.decode(errors="replace").strip())
-        else:
-            raise StepFailed(f"mount:{target}", errno.EINVAL, f"unknown mount type {kind}")
-
-
-def loopback_up() -> None:
-    """Bring `lo` up in the fresh network namespace, so local sockets work as they do outside."""
-    sock = _socket.socket(_socket.AF_INET, _socket.SOCK_DGRAM)
-    try:
-        ifreq = fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, struct.pack("16sh22x", b"lo", 0))
-        flags = struct.unpack("16sh22x", ifreq)[1]
-        fcntl.ioctl(sock.fileno(), SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | IFF_UP))
-    except OSError as exc:
-        raise StepFailed("loopback", exc.errno or 0) from None
-    finally:
-        sock.close()
-
-
-def unescape(field: str) -> str:
-    """Undo mountinfo's octal escapes (\\040 for a space)."""
-    parts = field.split("\\")
-    out = [parts[0]]
-    for part in parts[1:]:
-        out.append(chr(int(part[:3], 8)) + part[3:] if part[:3].isdigit() else "\\" + part)
-    return "".join(out)
-
-
-def mount_points() -> list[tuple[str, str]]:
-    """(mount point, per-mount options) of every mount in this namespace, from /proc/self/mountinfo."""
-    points = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            points.append((unescape(fields[4]), fields[5]))
-    return points
-
-
-def make_readonly(path: str, options: str) -> None:
-    """Make the mount at `path` read-only: mount_setattr(2), or a bind remount where that is missing."""
-    attr = struct.pack("QQQQ", MOUNT_ATTR_RDONLY, 0, 0, 0)
-    buf = ctypes.create_string_buffer(attr, len(attr))
-    res = _libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), 0, buf, len(attr))
-    if res == 0:
-        return
-    err = ctypes.get_errno()
-    if err not in (errno.ENOSYS, errno.EPERM):
-        return  # not a mount root any more (shadowed), or a kernel object: nothing to protect
-    flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-    for name, bit in (("nosuid", MS_NOSUID), ("nodev", MS_NODEV), ("noexec", MS_NOEXEC)):
-        if name in options.split(","):
-            flags |= bit
-    if _libc.mount(None, path.encode(), None, flags, None) == -1 and err == errno.ENOSYS:
-        raise StepFailed("readonly", ctypes.get_errno(), path)
-
-
-def readonly_rest(spec: dict) -> None:
-    """Make every mount read-only except the workspace view, the private dirs, /proc, /sys and /dev/pts."""
-    own = [m["target"] for m in spec["mounts"]]
-    exempt = ("/proc", "/sys", "/dev/pts")
-
-    def under(path: str, top: str) -> bool:
-        return path == top or path.startswith(top.rstrip("/") + "/")
-
-    for path, options in mount_points():
-        if any(under(path, t) for t in own) or any(under(path, e) for e in exempt):
-            continue
-        if "ro" in options.split(","):
-            continue
-        make_readonly(path, options)
-
-
-def drop_admin() -> None:
-    """Real root keeps its file powers but loses CAP_SYS_ADMIN, so it cannot unmount the overlay."""
-    check(_libc.prctl(PR_CAPBSET_DROP, CAP_SYS_ADMIN, 0, 0, 0), "drop-caps")
-    _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    header = struct.pack("Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-    data = ctypes.create_string_buffer(24)
-    hdr = ctypes.create_string_buffer(header, 8)
-    check(_libc.capget(hdr, data), "drop-caps")
-    words = list(struct.unpack("6I", data.raw))  # (effective, permitted, inheritable) x 2
-    words[2] &= ~(1 << CAP_SYS_ADMIN)
-    check(_libc.capset(hdr, ctypes.create_string_buffer(struct.pack("6I", *words), 24)), "drop-caps")
 
 
 def apply_limits(spec: dict) -> None:
@@ -253,13 +109,22 @@ def nice_autogroup(nice: int) -> None:
         pass  # no autogroups on this kernel, or not allowed: the process nice still applies
 
 
-def exec_command(spec: dict, argv: list[str]) -> None:
-    """Become the command: drop privileges, apply limits, enter the workspace, exec."""
-    if spec.get("userns"):
-        check(_libc.unshare(CLONE_NEWUSER), "map-back")
-        map_ids(spec["uid"], 0, spec["gid"], 0, "map-back")
-    elif spec.get("drop_admin"):
-        drop_admin()
+def become_command(spec: dict, argv: list[str], ready: int, go: int) -> None:
+    """The command's process: its own user and network namespaces, limits, the filter, exec."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")
+    prctl(PR_SET_DUMPABLE, 1, "dumpable")  # pid 1 (non-dumpable) must reach our /proc files; exec resets it anyway
+    flags = (CLONE_NEWUSER if spec.get("inner") == "userns" else 0) | (CLONE_NEWNET if spec.get("netns") else 0)
+    if flags:
+        unshare(flags, "inner-userns" if flags & CLONE_NEWUSER else "net")
+    os.write(ready, b"u")
+    os.close(ready)
+    if os.read(go, 1) != b"g":
+        os._exit(SETUP_FAILED)  # pid 1 could not map our ids; it reported why
+    os.close(go)
+    if spec.get("netns"):
+        network.loopback_up()
+    if spec.get("inner") == "caps":
+        guard.keep_file_powers()
     apply_limits(spec)
     try:
         os.chdir(spec["cwd"])
@@ -267,24 +132,148 @@ def exec_command(spec: dict, argv: list[str]) -> None:
         raise StepFailed("chdir", exc.errno or 0, spec["cwd"]) from None
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; a plain subprocess restores them
         signal.signal(sig, signal.SIG_DFL)
+    if spec.get("mountns"):
+        guard.install_filter(guard.machine())
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
-        code = 127 if exc.errno == errno.ENOENT else 126
-        report("exec", "exec", exc.errno or 0, argv[0], code)
+        report("exec", "exec", exc.errno or 0, argv[0], 127 if exc.errno == errno.ENOENT else 126)
 
 
-def wait_for(pid: int, status_fd: int | None) -> int:
-    """Reap children until `pid` exits (pid 1 must reap orphans); return its wait status."""
+def reap(until: int, seen: list[int]) -> int:
+    """Reap children (pid 1 adopts orphans) until `until` exits; return its wait status. Limit signals that
+    killed any of them are added to `seen`."""
     while True:
         try:
             child, status = os.waitpid(-1, 0)
         except ChildProcessError:
             return 0
-        if child == pid:
-            if status_fd is not None:
-                os.write(status_fd, struct.pack("i", status))
+        if os.WIFSIGNALED(status) and os.WTERMSIG(status) in LIMIT_SIGNALS:
+            seen.append(os.WTERMSIG(status))
+        if child == until:
             return status
+
+
+def end_the_rest() -> None:
+    """Kill and reap whatever the command left in the pid namespace (only ever as its pid 1)."""
+    if os.getpid() != 1:
+        return
+    try:
+        os.kill(-1, signal.SIGKILL)
+    except OSError:
+        pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def start_command(spec: dict, argv: list[str], keep: int) -> tuple[int, int | None]:
+    """Fork the command, map its user namespace and hold its network namespace; (pid, netns fd or None)."""
+    ready_r, ready_w = os.pipe()
+    go_r, go_w = os.pipe()
+    child = os.fork()
+    if child == 0:
+        for fd in (ready_r, go_w, keep):
+            os.close(fd)
+        try:
+            become_command(spec, argv, ready_w, go_r)
+        except StepFailed as exc:
+            report("setup", exc.step, exc.err, exc.detail, SETUP_FAILED)
+        os._exit(SETUP_FAILED)
+    os.close(ready_w)
+    os.close(go_r)
+    netns = None
+    try:
+        if os.read(ready_r, 1) == b"u":
+            if spec.get("inner") == "userns":
+                map_command(spec, child)
+            if spec.get("netns"):
+                netns = os.open(f"/proc/{child}/ns/net", os.O_RDONLY)
+            os.write(go_w, b"g")
+    except StepFailed:
+        os.kill(child, signal.SIGKILL)
+        raise
+    finally:
+        os.close(ready_r)
+        os.close(go_w)
+    return child, netns
+
+
+def supervise(spec: dict, argv: list[str], fds: dict[str, str], out: int) -> None:
+    """Pid 1: build the world, run the command, then report what it did to `out` (see the module docstring)."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")
+    signal.signal(signal.SIGINT, signal.SIG_DFL)  # pid 1 ignores signals from inside it has no handler for
+    prctl(PR_SET_DUMPABLE, 0, "dumpable")
+    world = World(spec) if spec.get("world") else None
+    if world is not None:
+        world.build(fds)
+    for fd_path in fds.values():
+        os.close(int(fd_path.rsplit("/", 1)[1]))
+    child, netns = start_command(spec, argv, out)
+    seen: list[int] = []
+    status = reap(child, seen)
+    end_the_rest()
+    facts: dict = {"status": status, "signals": sorted(set(seen)), "pid1": os.getpid() == 1,
+                   "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
+    if world is not None:
+        facts["writes"], facts["writes_total"] = world.writes()
+        facts["gaps"] = world.gaps
+    if netns is not None:
+        facts["network"] = network.counters(netns)
+    os.write(out, marshal.dumps(facts))
+    os._exit(0)
+
+
+def stage(spec: dict, argv: list[str]) -> None:
+    """The outer process; see the module docstring for the order."""
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")
+    out = spec.get("report_fd")
+    if out is not None:
+        os.set_inheritable(out, False)  # the stage's to write; never the command's
+    if spec.get("ppid") and os.getppid() != spec["ppid"]:
+        report("setup", "pdeathsig", errno.ESRCH, "the process that started the sandbox has exited", SETUP_FAILED)
+    if not spec.get("mountns"):
+        apply_limits(spec)  # no namespaces at all: the copy backends' view, at its own path
+        os.chdir(spec["cwd"])
+        for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            os.execvp(argv[0], argv)
+        except OSError as exc:
+            report("exec", "exec", exc.errno or 0, argv[0], 127 if exc.errno == errno.ENOENT else 126)
+    flags = CLONE_NEWNS | (CLONE_NEWPID if spec.get("pidns") else 0) | (CLONE_NEWUSER if spec.get("userns") else 0)
+    unshare(flags, "unshare")
+    if spec.get("userns"):
+        map_own(0, spec["uid"], 0, spec["gid"], "self", "userns-map")
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None, "propagation")
+    fds = open_sources(spec)
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.close(read_end)
+        try:
+            supervise(spec, argv, fds, write_end)
+        except StepFailed as exc:
+            report("setup", exc.step, exc.err, exc.detail, SETUP_FAILED)
+        except OSError as exc:  # a file operation while building the world
+            report("setup", "world", exc.errno or 0, str(exc), SETUP_FAILED)
+        os._exit(SETUP_FAILED)
+    os.close(write_end)
+    for fd_path in fds.values():
+        os.close(int(fd_path.rsplit("/", 1)[1]))
+    _, init_status = os.waitpid(child, 0)
+    raw = b"".join(iter(lambda: os.read(read_end, 65536), b""))
+    facts = marshal.loads(raw) if raw else None
+    if out is not None:
+        own, tree = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = own.ru_utime + own.ru_stime + tree.ru_utime + tree.ru_stime
+        try:
+            os.write(out, marshal.dumps({**(facts or {}), "cpu": cpu, "reported": facts is not None}))
+        except OSError:
+            pass
+    exit_like(facts["status"] if facts else init_status)
 
 
 def exit_like(status: int) -> None:
@@ -295,76 +284,6 @@ def exit_like(status: int) -> None:
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status))
-
-
-def inside(spec: dict, argv: list[str], fds: dict[str, str]) -> None:
-    """Pid 1 of the new pid namespace (or the stage itself without one): mount, then run the command."""
-    if spec.get("pidns"):
-        try:
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "proc")
-        except StepFailed:
-            pass  # a container may forbid a fresh /proc; /proc/self still names the right process
-    mount_all(spec, fds)
-    if spec.get("netns"):
-        loopback_up()
-    if spec.get("readonly"):
-        readonly_rest(spec)
-    for fd_path in fds.values():
-        os.close(int(fd_path.rsplit("/", 1)[1]))
-    if not spec.get("pidns"):
-        exec_command(spec, argv)
-    child = os.fork()
-    if child == 0:
-        exec_command(spec, argv)
-    status_fd = spec.get("_status_fd")
-    exit_like(wait_for(child, status_fd))
-
-
-def stage(spec: dict, argv: list[str]) -> None:
-    """The whole setup; see the module docstring for the order."""
-    check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
-    if spec.get("cpu_fd") is not None:
-        os.set_inheritable(spec["cpu_fd"], False)  # the stage's to write; never the command's
-    if spec.get("ppid") and os.getppid() != spec["ppid"]:
-        report("setup", "pdeathsig", errno.ESRCH, "the process that started the sandbox has exited", SETUP_FAILED)
-    flags = (CLONE_NEWNS if spec.get("mountns") else 0) | (CLONE_NEWUSER if spec.get("userns") else 0)
-    flags |= (CLONE_NEWNET if spec.get("netns") else 0) | (CLONE_NEWPID if spec.get("pidns") else 0)
-    if flags:
-        check(_libc.unshare(flags), "unshare", hex(flags))
-    if spec.get("userns"):
-        map_ids(0, spec["uid"], 0, spec["gid"], "userns-map")
-    if spec.get("mountns"):
-        mount(None, "/", None, MS_REC | MS_PRIVATE, None, "propagation")
-    fds = open_sources(spec)  # after unshare: a bind source must be a mount of this namespace
-    if not spec.get("pidns"):
-        inside(spec, argv, fds)
-        return
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:
-        os.close(read_end)
-        check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
-        try:
-            inside({**spec, "_status_fd": write_end}, argv, fds)
-        except StepFailed as exc:
-            report("setup", exc.step, exc.err, exc.detail, SETUP_FAILED)
-        os._exit(SETUP_FAILED)
-    os.close(write_end)
-    _, init_status = os.waitpid(child, 0)
-    raw = os.read(read_end, 4)
-    report_cpu(spec.get("cpu_fd"))
-    exit_like(struct.unpack("i", raw)[0] if len(raw) == 4 else init_status)
-
-
-def report_cpu(fd: int | None) -> None:
-    """Write the CPU seconds of this stage and of everything its pid 1 reaped (the command's whole tree)."""
-    if fd is None:
-        return
-    own, reaped = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    try:
-        os.write(fd, struct.pack("d", own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime))
-    except OSError:
-        pass
 
 
 def main() -> None:

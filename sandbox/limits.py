@@ -1,11 +1,24 @@
-"""What a sandboxed run may use: wall time, CPU, memory, file size, priority, network, private /tmp."""
+"""What a sandboxed run may use: wall time, CPU, memory, file size, priority, network, scratch space.
+
+A real run has none of these limits, so a run that hits one is tainted (`sandbox.taint`): they are a
+safety net, set where a test that passes for real is unlikely to reach them.
+"""
 
 from __future__ import annotations
 
+import os
 import resource
 from dataclasses import dataclass
 
 GIB = 1 << 30
+
+
+def machine_memory() -> int:
+    """Physical memory of this machine in bytes (4 GiB if it cannot be read)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        return 4 * GIB
 
 
 @dataclass(frozen=True)
@@ -16,19 +29,21 @@ class Limits:
     """Wall-clock seconds when `run()` is given no timeout; the whole process group is killed after it."""
     cpu_seconds: int | None = 600
     """CPU seconds per process (RLIMIT_CPU): SIGXCPU at the limit, SIGKILL 5 s later."""
-    memory_bytes: int | None = 4 * GIB
+    memory_bytes: int | None = machine_memory()
     """Heap and anonymous memory per process (RLIMIT_DATA; unlike RLIMIT_AS it spares address-space
-    reservations such as V8's or the JVM's)."""
+    reservations such as V8's or the JVM's). The machine's RAM: a process past it would fail or swap
+    in a real run too, while any lower figure fails tests that pass for real (4 GiB did)."""
     file_size_bytes: int | None = 4 * GIB
     """Largest file a process may write (RLIMIT_FSIZE), so a runaway run cannot fill the disk."""
     nice: int = 10
     """Added niceness, so authoritative work gets the CPU first."""
     network: bool = False
     """False: a private network namespace with only loopback (speculative runs never reach out)."""
-    private_tmp: bool = True
-    """/tmp, /var/tmp and /dev/shm private to the overlay, discarded with it."""
+    scratch_bytes: int = 1 * GIB
+    """Size of the tmpfs that takes a run's writes outside the workspace (in /tmp, $HOME, ...): they taint
+    the run anyway, so past this they may as well fail."""
     shm_bytes: int = 256 << 20
-    """Size of the private /dev/shm."""
+    """Size of the run's private /dev/shm."""
 
     def rlimits(self) -> dict[str, list[int]]:
         """The rlimits for the sandbox stage, by resource name, never above the current hard limits."""
@@ -48,4 +63,4 @@ class Limits:
 
 
 SPECULATIVE = Limits()
-"""The defaults for speculative runs: no network, private /tmp, nice 10."""
+"""The defaults for speculative runs: no network, nice 10, the limits above."""

@@ -5,17 +5,19 @@
         ov.changes()                                # what the run would have changed
     # discarded: layers deleted, the real tree untouched
 
-Each `run` starts the sandbox stage (`enter.py`): private mount namespace with the backend's view
-mounted over the workspace path, private /tmp, no network, the rest of the file system read-only,
-its own process group (killed on timeout or cancel), rlimits and nice. Runs in one overlay share its
-layers, one at a time. See `sandbox.backends` for the backends and `sandbox.probe` for detection.
+Each `run` starts the sandbox stage (`enter.py`): private namespaces, a new root in which the rest of
+the file system is the real one under throwaway layers and the backend's view is mounted at the
+workspace path, no network but loopback, a command with no power over any of it, its own process
+group (killed on timeout or cancel), rlimits and nice. Runs in one overlay share the workspace layers,
+one at a time (what they write elsewhere is dropped after each run). `taints()` says why a run may have
+seen another world than a real run (`sandbox.taint`). See `sandbox.backends` for the backends and
+`sandbox.probe` for detection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,23 +31,11 @@ from sandbox.probe import Capabilities, detect
 from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, renice_session, session_cpu
 from sandbox.runner import run_in_sandbox
 from sandbox.statedir import choose_base, new_state_dir, remove_tree
+from sandbox.taint import SIGNS, hard_links, of_run
 from sandbox.workspace import confine, relative_to
 
 if TYPE_CHECKING:
     from sandbox.workspace import Workspace
-
-
-def hidden_by_private_tmp(root: Path) -> list[str]:
-    """Tao's own Python environment where a private /tmp would hide it (a venv in a checkout under /tmp).
-
-    Commands run in an overlay use this interpreter (run_tests' `python`); it is shown read-only at its path.
-    """
-    found: list[str] = []
-    for prefix in dict.fromkeys(os.path.abspath(p) for p in (sys.prefix, sys.base_prefix)):
-        under_tmp = any(prefix == d or prefix.startswith(d + "/") for d in ("/tmp", "/var/tmp"))
-        if under_tmp and os.path.isdir(prefix) and not Path(prefix).is_relative_to(root):
-            found.append(prefix)
-    return found
 
 
 class Overlay:
@@ -77,6 +67,7 @@ class Overlay:
         self._boosted = False  # once boosted, later runs (and runs still setting up) are not niced
         self._closed = False
         self._taints: list[str] = []  # why a run here may have seen another world than a real run
+        self._links: list[str] = []  # hard links among the changed paths, as last checked
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -99,15 +90,16 @@ class Overlay:
             backend, self.skipped = choose(caps, real_root, self._requested)
             layout = Layout(new_state_dir(base, real_root, backend.name))
             try:
-                for private in (layout.tmp, layout.vartmp):
-                    private.mkdir()
-                    private.chmod(0o1777)
+                layout.world.mkdir(mode=0o700)
                 await backend.prepare(real_root, layout, same_path=caps.mountns)
             except BaseException:
                 await asyncio.to_thread(remove_tree, layout.state)
                 raise
             self._caps, self._backend, self._layout = caps, backend, layout
             self.root = real_root if self.same_path else layout.view
+            self._taints += caps.taints(network=self.limits.network)
+            if backend.name == "git-worktree":
+                self._taints.append("the git-worktree view lacks ignored files (build outputs, environments)")
             return self
 
     async def discard(self) -> None:
@@ -119,7 +111,9 @@ class Overlay:
         if running:
             await asyncio.wait(running)
         async with self._lock:
-            if self._layout is not None:
+            if self._layout is not None and self._layout.state.exists():
+                if self._backend is not None:
+                    await asyncio.to_thread(self._link_taints)  # the layers are about to go
                 await asyncio.to_thread(remove_tree, self._layout.state)
 
     close = discard
@@ -154,8 +148,8 @@ class Overlay:
         if caps is None:
             return {}
         return {"mount_namespace": caps.mountns, "network": caps.netns and not self.limits.network,
-                "pid_namespace": caps.pidns, "readonly_rest": caps.readonly,
-                "private_tmp": caps.mountns and self.limits.private_tmp}
+                "pid_namespace": caps.pidns, "user_namespace_for_the_command": caps.inner == "userns",
+                "throwaway_world": caps.mountns and caps.world == "overlay"}
 
     def current(self) -> bool:
         """True while the workspace is still at this overlay's version (outside changes are checked first)."""
@@ -189,16 +183,20 @@ class Overlay:
         async with self._lock:
             if self._closed:
                 raise OverlayClosed("this overlay was discarded; create a new one")
-            reported: list[float] = []
+            reported: list[dict[str, Any]] = []
+            limit = self.limits.timeout if timeout is None else timeout
             inner = asyncio.ensure_future(
-                run_in_sandbox(self._spec(), argv, timeout=self.limits.timeout if timeout is None else timeout,
-                               env=env, stdin=stdin, max_bytes=max_bytes, on_start=self._started,
-                               on_cpu=reported.append)
+                run_in_sandbox(self._spec(), argv, timeout=limit, env=env, stdin=stdin, max_bytes=max_bytes,
+                               on_start=self._started, on_report=reported.append, watch=SIGNS)
             )
             self._running.add(inner)
             try:
                 result = await inner
-                self._cpu_done = self._cpu_done + reported[0] if reported and self._cpu_done is not None else None
+                facts = reported[0] if reported else None
+                cpu = facts.get("cpu") if facts else None
+                self._cpu_done = self._cpu_done + cpu if cpu is not None and self._cpu_done is not None else None
+                self._taints += of_run(result, facts, limits=self.limits, timeout=limit,
+                                       watched=self.same_path)
                 return result
             except asyncio.CancelledError:
                 task = asyncio.current_task()
@@ -233,8 +231,19 @@ class Overlay:
         """Why the runs so far may have seen a different world than a real run would (empty: nothing seen).
 
         Reasons are for people and accumulate over every run in this overlay; a tainted result must not
-        be promoted. Safe to call after the runs finished, and after discard."""
-        return list(dict.fromkeys(self._taints))
+        be promoted. Safe to call after the runs finished, and after discard (which keeps the last check
+        of hard links)."""
+        if not self._closed and self._backend is not None:
+            self._link_taints()
+        return list(dict.fromkeys(self._taints + self._links))
+
+    def _link_taints(self) -> None:
+        """Re-check the changed paths for hard links in the real tree (see `sandbox.taint.hard_links`)."""
+        assert self._backend is not None and self._layout is not None
+        try:
+            self._links = hard_links(self.workspace.root, self._backend.changes(self.workspace.root, self._layout))
+        except OSError as exc:
+            self._links = [f"its changes could not be listed to check for hard links: {exc}"]
 
     def changes(self) -> list[Change]:
         """Every path the runs so far created, modified, deleted or touched, against the real tree."""
@@ -249,17 +258,8 @@ class Overlay:
         assert self._caps is not None and self._backend is not None and self._layout is not None
         caps, layout, root = self._caps, self._layout, self.workspace.root
         spec = caps.namespace_spec(network=self.limits.network)
-        mounts: list[dict[str, Any]] = []
         if caps.mountns:
-            if self.limits.private_tmp:
-                mounts.append({"type": "bind", "source": str(layout.tmp), "target": "/tmp"})
-                if os.path.isdir("/var/tmp"):
-                    mounts.append({"type": "bind", "source": str(layout.vartmp), "target": "/var/tmp"})
-                if os.path.isdir("/dev/shm"):
-                    mounts.append({"type": "tmpfs", "target": "/dev/shm", "size": str(self.limits.shm_bytes)})
-                mounts.extend({"type": "bind", "source": path, "target": path, "readonly": True}
-                              for path in hidden_by_private_tmp(root))
-            mounts.extend(self._backend.mounts(root, layout))
-        spec.update(mounts=mounts, cwd=str(self.root), rlimits=self.limits.rlimits(),
-                    nice=0 if self._boosted else self.limits.nice)
+            spec["mounts"] = self._backend.mounts(root, layout)
+            spec["world"] = caps.world_spec(layout.world, size=self.limits.scratch_bytes, shm=self.limits.shm_bytes)
+        spec.update(cwd=str(self.root), rlimits=self.limits.rlimits(), nice=0 if self._boosted else self.limits.nice)
         return spec

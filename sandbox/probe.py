@@ -1,9 +1,12 @@
 """Find out, once per process, what this machine allows: which namespaces, which overlayfs options,
 whether fuse-overlayfs works. Every answer comes from really trying it in a scratch directory.
 
-The order of attempts: as root, plain namespaces first (no user namespace), then `unshare -Urm`-style
-user namespaces (the only choice when not root). Optional isolation (pid and network namespaces,
-read-only rest of the file system) is dropped one by one if refused, and the loss is noted.
+The order of attempts: as root, the stage's namespaces owned by real root with the command in its own
+user namespace (the whole id range mapped); then `unshare -Urm`-style user namespaces (the only choice
+when not root). What cannot be had is given up one piece at a time and noted: the pid namespace, the
+command's network namespace, its user namespace (its capabilities are cut instead), the overlay of /
+(the rest of the file system becomes read-only). A run on a machine without some of these is tainted
+for it (`Capabilities.taints`): the sandbox then cannot tell whether a run saw the real world.
 
 TAO_SANDBOX_NAMESPACES chooses the mode: "auto" (default), "user" (user namespaces even as root, as an
 unprivileged user gets them) or "none" (no namespaces: only the copy-based backends, at their own path).
@@ -40,7 +43,8 @@ class Capabilities:
     userns: bool | None = None
     netns: bool = False
     pidns: bool = False
-    readonly: bool = False
+    inner: str = "userns"  # how the command gives up its powers: its own user namespace, or "caps"
+    world: str = "overlay"  # the rest of the file system: "overlay" (throwaway layers) or "readonly"
     overlay_options: tuple[str, ...] | None = None
     fuse_binary: str | None = None
     notes: dict[str, str] = field(default_factory=dict)
@@ -57,15 +61,35 @@ class Capabilities:
             "gid": os.getgid(),
             "netns": self.netns and not network,
             "pidns": self.pidns,
-            "readonly": self.readonly,
-            "drop_admin": not self.userns and os.geteuid() == 0,
+            "inner": self.inner,
         }
+
+    def world_spec(self, directory: Path, *, size: int, shm: int) -> dict[str, Any]:
+        """The stage spec's `world`: the run's view of the rest of the file system, built on `directory`."""
+        options = [["userxattr"], []] if self.userns else [[], ["metacopy=off"]]
+        return {"dir": str(directory), "mode": self.world, "size": size, "shm": shm, "options": options}
+
+    def taints(self, *, network: bool) -> list[str]:
+        """Why no run here can be known to have seen the real world (empty on a machine with everything)."""
+        if not self.mountns:
+            return ["this backend cannot isolate the run: no mount namespace can be made here, so the run "
+                    "acts on the real system outside its copy of the workspace"]
+        out = []
+        if not self.pidns:
+            out.append("no pid namespace here: the sandbox cannot watch the whole run or end what it leaves")
+        if not self.netns and not network:
+            out.append("no network namespace here: the run could reach the real network unseen")
+        if self.world != "overlay":
+            out.append("no overlay of / here: the rest of the file system is read-only in the sandbox, so a "
+                       "write there fails where a real run's would succeed")
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form."""
         return {
             "state_dir": str(self.base), "mount_namespace": self.mountns, "user_namespace": self.userns,
-            "network_namespace": self.netns, "pid_namespace": self.pidns, "readonly_rest": self.readonly,
+            "network_namespace": self.netns, "pid_namespace": self.pidns, "command_confinement": self.inner,
+            "world": self.world, "taints": self.taints(network=False),
             "overlay_options": list(self.overlay_options) if self.overlay_options is not None else None,
             "fuse_overlayfs": self.fuse_binary, "notes": dict(self.notes),
         }
@@ -109,7 +133,7 @@ async def _try(spec: dict[str, Any], argv: list[str]) -> SetupFailed | str | Non
 
 def _scratch(state: Path) -> dict[str, Path]:
     """A tiny workspace and its layers for probing."""
-    paths = {n: state / n for n in ("ws", "upper", "work", "view", "tmp")}
+    paths = {n: state / n for n in ("ws", "upper", "work", "view", "world")}
     for p in paths.values():
         p.mkdir()
     (paths["ws"] / "keep").write_text("kept\n")
@@ -120,27 +144,42 @@ def _scratch(state: Path) -> dict[str, Path]:
     return paths
 
 
-async def _namespaces(userns: bool, cwd: Path, notes: dict[str, str]) -> dict[str, Any] | None:
+FALLBACKS = (  # (failed step, spec key, value that needs it, value to fall back to, what the loss means)
+    ("unshare", "pidns", True, False, "pid_namespace", "refused; the sandbox cannot watch or end the whole run"),
+    ("net", "netns", True, False, "network_namespace", "refused; speculative runs keep the host network"),
+    ("loopback", "netns", True, False, "network_namespace", "no loopback; speculative runs keep the host network"),
+    ("inner-userns", "inner", "userns", "caps", "command_confinement",
+     "no user namespace for the command; its capabilities are cut to the file powers instead"),
+    ("world", "world", "overlay", "readonly", "world",
+     "no overlay of / over a tmpfs; the rest of the file system is read-only in the sandbox"),
+)
+
+
+def probe_spec(userns: bool, paths: dict[str, Path]) -> dict[str, Any]:
+    """The richest stage spec to try in one mode."""
+    caps = Capabilities(base=paths["ws"], mountns=True, userns=userns, netns=True, pidns=True)
+    spec = caps.namespace_spec(network=False)
+    spec.update(mounts=[], cwd=str(paths["ws"]), world=caps.world_spec(paths["world"], size=16 << 20, shm=1 << 20))
+    return spec
+
+
+async def _namespaces(userns: bool, paths: dict[str, Path], notes: dict[str, str]) -> dict[str, Any] | None:
     """The richest namespace spec that works in this mode, or None."""
-    spec: dict[str, Any] = {
-        "ppid": os.getpid(), "mountns": True, "userns": userns, "uid": os.getuid(), "gid": os.getgid(),
-        "netns": True, "pidns": True, "readonly": True, "drop_admin": not userns and os.geteuid() == 0,
-        "mounts": [], "cwd": str(cwd),
-    }
-    for _ in range(5):
+    spec = probe_spec(userns, paths)
+    for _ in range(len(FALLBACKS) + 1):
         outcome = await _try(spec, ["true"])
         if outcome is None:
             return spec
         step = outcome.step if isinstance(outcome, SetupFailed) else ""
-        if step == "unshare" and spec["pidns"]:
-            spec["pidns"] = False
-            notes["pid_namespace"] = "refused; background processes of a cancelled run may survive it"
-        elif step in ("unshare", "loopback") and spec["netns"]:
-            spec["netns"] = False
-            notes["network_namespace"] = "refused; speculative runs keep the host network"
-        elif step == "readonly" and spec["readonly"]:
-            spec["readonly"] = False
-            notes["readonly_rest"] = "refused; a command can write outside the workspace"
+        for failed, key, needs, fallback, note, why in FALLBACKS:
+            value = spec["world"]["mode"] if key == "world" else spec[key]
+            if step == failed and value == needs:
+                if key == "world":
+                    spec["world"]["mode"] = fallback
+                else:
+                    spec[key] = fallback
+                notes[note] = f"{why} ({outcome})"
+                break
         else:
             notes[f"namespaces ({'user' if userns else 'root'})"] = str(outcome)
             return None
@@ -197,7 +236,7 @@ async def _probe(base: Path, mode: str) -> Capabilities:
         modes = [False, True] if os.geteuid() == 0 and mode == "auto" else [True]
         spec = None
         for userns in modes:
-            spec = await _namespaces(userns, paths["ws"], notes)
+            spec = await _namespaces(userns, paths, notes)
             if spec is not None:
                 break
         if spec is None:
@@ -210,8 +249,8 @@ async def _probe(base: Path, mode: str) -> Capabilities:
             notes.pop("overlayfs", None)
         fuse = await _fuse(spec, paths, notes)
         return Capabilities(
-            base=base, mountns=True, userns=userns, netns=spec["netns"], pidns=spec["pidns"],
-            readonly=spec["readonly"], overlay_options=options, fuse_binary=fuse, notes=notes,
+            base=base, mountns=True, userns=userns, netns=spec["netns"], pidns=spec["pidns"], inner=spec["inner"],
+            world=spec["world"]["mode"], overlay_options=options, fuse_binary=fuse, notes=notes,
         )
     finally:
         remove_tree(state)

@@ -1,7 +1,8 @@
 """Run one command as a subprocess in its own process group, with a timeout that kills the whole group.
 
 Output is captured as combined stdout+stderr, bounded in memory: past `max_bytes` the middle is dropped
-and the number of dropped bytes is reported, so a runaway test suite cannot exhaust memory.
+and the number of dropped bytes is reported, so a runaway test suite cannot exhaust memory. Words asked
+for in `watch` are looked for in the whole stream, dropped middle included.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ class ProcessResult:
     dropped_bytes: int  # bytes cut from the middle of the output
     timed_out: bool
     duration: float  # seconds; a timing field, never shown to the model
+    seen: frozenset[bytes] = frozenset()  # the `watch` words that occurred anywhere in the output
 
     @property
     def text(self) -> str:
@@ -35,13 +37,26 @@ class ProcessResult:
 class _BoundedBuffer:
     """Keeps the first and last `max_bytes // 2` bytes of a stream and counts what it dropped."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, watch: Sequence[bytes] = ()) -> None:
         self.half = max(1, max_bytes // 2)
         self.head = bytearray()
         self.tail = bytearray()
         self.dropped = 0
+        self.watch = tuple(watch)
+        self.seen: set[bytes] = set()
+        self.edge = b""  # the end of the previous chunk, so a word split across two chunks is found
+        self.overlap = max((len(w) for w in self.watch), default=1) - 1
+
+    def look(self, chunk: bytes) -> None:
+        """Note every watched word in this chunk (or across its start)."""
+        if not self.watch:
+            return
+        window = self.edge + chunk
+        self.seen.update(w for w in self.watch if w not in self.seen and w in window)
+        self.edge = window[-self.overlap:] if self.overlap else b""
 
     def add(self, chunk: bytes) -> None:
+        self.look(chunk)
         room = self.half - len(self.head)
         if room > 0:
             self.head += chunk[:room]
@@ -76,11 +91,12 @@ async def run_process(
     max_bytes: int = DEFAULT_MAX_BYTES,
     on_start: Callable[[int], None] | None = None,
     pass_fds: Sequence[int] = (),
+    watch: Sequence[bytes] = (),
 ) -> ProcessResult:
     """Run `argv` in `cwd` in a new session (own process group); kill the group on timeout or cancel.
 
     `on_start` receives the leader's pid (also the session and group id) once the process exists;
-    `pass_fds` stay open in the child."""
+    `pass_fds` stay open in the child; the words of `watch` found in the output are in `seen`."""
     start = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         *argv,
@@ -94,7 +110,7 @@ async def run_process(
     )
     if on_start is not None:
         on_start(proc.pid)
-    buffer = _BoundedBuffer(max_bytes)
+    buffer = _BoundedBuffer(max_bytes, watch)
 
     async def feed() -> None:
         assert proc.stdin is not None
@@ -138,6 +154,7 @@ async def run_process(
         dropped_bytes=buffer.dropped,
         timed_out=timed_out,
         duration=time.monotonic() - start,
+        seen=frozenset(buffer.seen),
     )
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno as errnos
 import marshal
 import os
-import struct
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -23,8 +22,12 @@ HINTS = {
     "userns-map": "writing the user namespace's uid map was refused",
     "proc": "a fresh /proc could not be mounted",
     "loopback": "the loopback interface of the private network could not be brought up",
-    "readonly": "the rest of the file system could not be made read-only",
-    "map-back": "dropping back to your own uid inside the sandbox failed",
+    "world": "the throwaway layer over the real file system (a tmpfs and an overlay of /) could not be mounted",
+    "pivot": "the sandbox could not switch to its own root (pivot_root)",
+    "inner-userns": "the command's own user namespace could not be made or mapped",
+    "net": "the command's private network namespace could not be made",
+    "seccomp": "the system call filter could not be installed",
+    "drop-caps": "the command's capabilities could not be cut down",
     "pdeathsig": "the sandbox could not tie its life to Tao's",
 }
 
@@ -70,14 +73,23 @@ def raise_for(report: Mapping[str, Any], argv: Sequence[str]) -> None:
     )
 
 
-def _reported_cpu(read_end: int) -> float | None:
-    """The 8 bytes the stage wrote when its command ended, if it did (never waits: a killed stage wrote none)."""
+def _read_report(read_end: int) -> dict[str, Any] | None:
+    """The report the stage wrote when its command ended, if it did (never waits: a killed stage wrote none)."""
     os.set_blocking(read_end, False)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(read_end, 1 << 16)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
     try:
-        reported = os.read(read_end, 8)
-    except BlockingIOError:
+        found = marshal.loads(b"".join(chunks)) if chunks else None
+    except (ValueError, EOFError, TypeError):
         return None
-    return struct.unpack("d", reported)[0] if len(reported) == 8 else None
+    return found if isinstance(found, dict) else None
 
 
 async def run_in_sandbox(
@@ -89,26 +101,28 @@ async def run_in_sandbox(
     stdin: bytes | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     on_start: Callable[[int], None] | None = None,
-    on_cpu: Callable[[float], None] | None = None,
+    on_report: Callable[[dict[str, Any]], None] | None = None,
+    watch: Sequence[bytes] = (),
 ) -> ProcessResult:
     """Run `argv` in the sandbox; raises SetupFailed, or OSError when the program cannot be executed.
 
-    `on_cpu` receives the CPU seconds the run used, as the stage counted them when the command ended (a
-    stage with a pid namespace waits for the command and counts everything it reaped; one without execs
-    the command and cannot count, and a killed run does not report)."""
-    read_end, write_end = os.pipe() if on_cpu is not None else (None, None)
+    `on_report` receives the stage's report once the command ended (see `sandbox/enter.py`): the CPU
+    seconds of the whole tree (`cpu`), and from the sandbox's pid 1 (`reported` true) the command's wait
+    status, limit signals seen, peak RSS, writes outside the workspace and network counters. A run killed
+    on timeout or cancel reports nothing."""
+    read_end, write_end = os.pipe() if on_report is not None else (None, None)
     if write_end is not None:
-        spec = {**spec, "cpu_fd": write_end}
+        spec = {**spec, "report_fd": write_end}
     try:
         try:
             result = await run_process(stage_argv(spec, argv), Path(spec.get("cwd") or "/"), timeout=timeout,
                                        env=env, stdin=stdin, max_bytes=max_bytes, on_start=on_start,
-                                       pass_fds=(write_end,) if write_end is not None else ())
+                                       pass_fds=(write_end,) if write_end is not None else (), watch=watch)
         finally:
             if write_end is not None:
                 os.close(write_end)  # ours: the stage has its own copy
-        if read_end is not None and on_cpu is not None and (seconds := _reported_cpu(read_end)) is not None:
-            on_cpu(seconds)
+        if read_end is not None and on_report is not None and (found := _read_report(read_end)) is not None:
+            on_report(found)
     finally:
         if read_end is not None:
             os.close(read_end)

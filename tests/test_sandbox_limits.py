@@ -103,15 +103,19 @@ async def test_no_network_but_loopback_works(workspace: Workspace, state_base: P
     assert result.text == "['lo'] b'hi'\n", result.text
 
 
-async def test_private_tmp(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_tmp_writes_stay_in_the_run(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    """/tmp and /dev/shm are the real ones under a layer each run throws away: another overlay, the real /tmp
+    and the next run never see what a run wrote there (and the run is tainted for it)."""
     if not (await detect(state_base)).mountns:
-        pytest.skip("no mount namespace here: /tmp cannot be made private")
+        pytest.skip("no mount namespace here: /tmp cannot be kept from the real tree")
     name = f"tao-private-{uuid.uuid4().hex}"
     async with Overlay(workspace, state_dir=state_base) as overlay, Overlay(workspace, state_dir=state_base) as other:
         result = await overlay.run(["sh", "-c", f"echo x > /tmp/{name} && echo y > /dev/shm/{name} && cat /tmp/{name}"])
-        again = await overlay.run(["cat", f"/tmp/{name}"])
+        again = await overlay.run(["sh", "-c", f"test -e /tmp/{name} || echo absent"])
         elsewhere = await other.run(["sh", "-c", f"test -e /tmp/{name} || echo absent"])
-    assert result.text == "x\n" and again.text == "x\n" and elsewhere.text == "absent\n"
+        assert any(f"/tmp/{name}" in t and f"/dev/shm/{name}" in t for t in overlay.taints()), overlay.taints()
+        assert other.taints() == []
+    assert result.text == "x\n" and again.text == "absent\n" and elsewhere.text == "absent\n"
     assert not Path("/tmp", name).exists() and not Path("/dev/shm", name).exists()
 
 
@@ -144,10 +148,10 @@ async def test_a_run_started_after_a_boost_is_not_niced(workspace: Workspace, st
     assert result.text == f"{os.nice(0)}\n"
 
 
-async def test_an_interpreter_under_tmp_is_still_there_behind_the_private_tmp(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+async def test_an_interpreter_under_tmp_is_there_in_the_sandbox(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
     """A checkout (and its venv) under /tmp: speculative runs still find the interpreter Tao runs them with."""
     if not str(tmp_path).startswith("/tmp/") or not (await detect(state_base)).mountns:
-        pytest.skip("needs tmp_path under /tmp and a mount namespace (a private /tmp)")
+        pytest.skip("needs tmp_path under /tmp and a mount namespace (the sandbox's own /tmp)")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     repo = make_repo(tmp_path / "ws")

@@ -101,25 +101,29 @@ async def test_git_sees_the_same_repository(setup: tuple[Workspace, str, Path]) 
     assert log.text == "init\n"
 
 
-async def test_write_outside_the_workspace_is_refused(setup: tuple[Workspace, str, Path]) -> None:
+async def test_write_outside_the_workspace_stays_inside_and_taints(setup: tuple[Workspace, str, Path]) -> None:
+    """Writes outside the workspace succeed, as in a real run, but land in a throwaway layer and taint the run."""
     workspace, backend, base = setup
     caps = await detect(base)
-    if not caps.readonly:
-        pytest.skip("without a mount namespace nothing outside the workspace can be made read-only"
-                    if not caps.mountns else "this machine refuses to make the rest of the file system read-only")
+    if not caps.mountns:
+        pytest.skip("without a mount namespace nothing outside the workspace can be kept from the real tree")
     home_target = Path.home() / f".tao-escape-{uuid.uuid4().hex}"
     sibling = workspace.root.parent / "sibling.txt"
+    through_link = Path("/var/tmp") / f"tao-escape-{uuid.uuid4().hex}"
     try:
         async with Overlay(workspace, backend=backend, state_dir=base) as overlay:
-            result = await overlay.run(["sh", "-c", f"echo x > {home_target}; echo y > ../sibling.txt; "
-                                                    "ln -s / escape && echo z > escape/tao-escape-root; exit 0"])
-            assert "Read-only file system" in result.text
+            result = await overlay.run(["sh", "-c", f"echo x > {home_target} && echo y > ../sibling.txt && "
+                                                    f"ln -s / escape && echo z > escape{through_link}"])
+            assert result.exit_code == 0, result.text
+            taints = overlay.taints()
+        assert any(str(home_target) in t and str(through_link) in t for t in taints), taints
         assert not home_target.exists()
         assert not sibling.exists()
-        assert not Path("/tao-escape-root").exists()
+        assert not through_link.exists()
     finally:
         home_target.unlink(missing_ok=True)
-        Path("/tao-escape-root").unlink(missing_ok=True)
+        sibling.unlink(missing_ok=True)
+        through_link.unlink(missing_ok=True)
 
 
 async def test_program_not_found_raises_like_the_workspace(setup: tuple[Workspace, str, Path]) -> None:
@@ -197,21 +201,25 @@ async def test_unknown_backend_is_explained(tmp_path: Path, state_base: Path) ->
 
 
 BUSY = "import time\nstart = time.process_time()\nwhile time.process_time() - start < 0.5:\n    pass\n"
+WAIT = 3.0  # seconds a waiting run sleeps: were the wait counted, its cost would be at least this
 
 
 async def test_cpu_seconds_count_the_work_not_the_wait(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+    """A run's cost is the CPU it used. The waiting run is held against the time it waited, not against the busy
+    run: starting a sandbox and an interpreter costs CPU too, and more of it on a busy machine (0.3 s seen)."""
     from tests.test_sandbox_support import await_until
 
     workspace = Workspace(make_repo(tmp_path / "ws"))
     async with Overlay(workspace, state_dir=state_base) as sleeper, Overlay(workspace, state_dir=state_base) as busy:
-        await sleeper.run(["python3", "-c", "import time; time.sleep(0.5)"])
+        await sleeper.run(["python3", "-c", f"import time; time.sleep({WAIT})"])
         await busy.run(["python3", "-c", BUSY])
         if sleeper.cpu_seconds() is None:
             pytest.skip("the sandbox stage here has no pid namespace, so a finished run cannot count its CPU")
         assert busy.cpu_seconds() >= 0.5  # it loops until it has used that much
-        assert sleeper.cpu_seconds() < busy.cpu_seconds() / 3
+        assert sleeper.cpu_seconds() < WAIT / 3  # its wait is not counted
         done = busy.cpu_seconds()
         running = asyncio.ensure_future(busy.run(["python3", "-c", BUSY + "time.sleep(600)\n"]))
-        assert await await_until(lambda: busy.cpu_seconds() >= done + 0.5)  # the run going on, read from /proc
+        # The run going on, read from /proc. It is niced: beside other work it may take long to use 0.5 s.
+        assert await await_until(lambda: busy.cpu_seconds() >= done + 0.5, timeout=300)
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)

@@ -32,14 +32,10 @@ class Layout:
         return self.state / "view"
 
     @property
-    def tmp(self) -> Path:
-        """The run's private /tmp."""
-        return self.state / "tmp"
-
-    @property
-    def vartmp(self) -> Path:
-        """The run's private /var/tmp."""
-        return self.state / "vartmp"
+    def world(self) -> Path:
+        """Where each run's tmpfs of throwaway layers over the rest of the file system is mounted (inside
+        the run's private mount namespace only: on disk it stays an empty directory)."""
+        return self.state / "world"
 
 
 class Backend(Protocol):

@@ -1,0 +1,183 @@
+"""A run that may have seen a different world than a real run would is tainted, and says why; a run
+that saw the same world is not. Worlds compared: /tmp, $HOME, the network, memory, hard links, limits."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandbox import Limits, Overlay, Workspace
+from sandbox.probe import detect
+from tests.test_sandbox_support import make_repo, state_base, tree_state  # noqa: F401
+
+
+@pytest.fixture
+async def workspace(tmp_path: Path, state_base: Path) -> Workspace:  # noqa: F811
+    """A fresh repo; the tests need the kernel overlay with its own namespaces."""
+    caps = await detect(state_base)
+    if caps.overlay_options is None:
+        pytest.skip(f"no kernel overlayfs here: {caps.notes.get('overlayfs')}")
+    return Workspace(make_repo(tmp_path / "ws"))
+
+
+async def test_a_plain_run_in_the_workspace_is_not_tainted(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run(["sh", "-c", "echo new > made.txt; cat src/app.py; ls /tmp > /dev/null"])
+        assert result.exit_code == 0, result.text
+        assert overlay.taints() == []
+
+
+async def test_a_fixture_written_in_the_real_tmp_is_seen_inside(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    fixture = Path("/tmp") / f"tao-fixture-{uuid.uuid4().hex}"
+    fixture.write_text("from an earlier call\n")
+    try:
+        async with Overlay(workspace, state_dir=state_base) as overlay:
+            result = await overlay.run(["cat", str(fixture)])
+            assert result.text == "from an earlier call\n"
+            assert overlay.taints() == []
+    finally:
+        fixture.unlink()
+
+
+async def test_a_write_to_the_home_cache_works_taints_and_stays_inside(workspace: Workspace,
+                                                                       state_base: Path) -> None:  # noqa: F811
+    target = Path.home() / ".cache" / f"tao-taint-{uuid.uuid4().hex}"
+    try:
+        async with Overlay(workspace, state_dir=state_base) as overlay:
+            result = await overlay.run(["sh", "-c", f"mkdir -p {target} && echo x > {target}/f && cat {target}/f"])
+            assert result.exit_code == 0 and result.text == "x\n", result.text
+            taints = overlay.taints()
+        assert any("wrote outside the workspace" in t and str(target) in t for t in taints), taints
+        assert not target.exists()
+    finally:
+        if target.exists():
+            for child in target.iterdir():
+                child.unlink()
+            target.rmdir()
+
+
+async def test_a_write_to_tmp_taints_and_stays_inside(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    name = f"/tmp/tao-taint-{uuid.uuid4().hex}"
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run(["sh", "-c", f"echo x > {name} && cat {name}"])
+        assert result.text == "x\n"
+        assert any(name in t for t in overlay.taints()), overlay.taints()
+    assert not Path(name).exists()
+
+
+@pytest.fixture
+def outside_server() -> Iterator[int]:
+    """A TCP server on 127.0.0.1 outside the sandbox, as a test's database would be; yields its port."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except (TimeoutError, OSError):
+                continue
+            conn.sendall(b"hello\n")
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join(timeout=30)
+    server.close()
+
+
+async def test_a_local_service_outside_taints_the_run(workspace: Workspace, state_base: Path,  # noqa: F811
+                                                      outside_server: int) -> None:
+    if not (await detect(state_base)).netns:
+        pytest.skip("no network namespace here: the run reaches the real loopback")
+    quiet = ("import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=30).recv(6)\n"
+             "except OSError:\n    sys.exit(3)\n" % outside_server)  # says nothing: the counters must tell
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run([sys.executable, "-c", quiet])
+        assert result.exit_code == 3 and result.text == ""
+        taints = overlay.taints()
+    assert any("tried to reach the network" in t for t in taints), taints
+
+
+async def test_a_server_inside_the_run_is_not_a_taint(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    script = ("import socket\n"
+              "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+              "c = socket.create_connection(s.getsockname()); a, _ = s.accept()\n"
+              "c.sendall(b'ping'); print(a.recv(4).decode()); a.sendall(b'pong'); print(c.recv(4).decode())\n"
+              "c.close(); a.close(); s.close()\n")
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run([sys.executable, "-c", script])
+        assert result.text == "ping\npong\n", result.text
+        assert overlay.taints() == []
+
+
+async def test_a_run_out_of_memory_is_tainted(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    limits = Limits(memory_bytes=200 << 20)
+    async with Overlay(workspace, state_dir=state_base, limits=limits) as loud:
+        result = await loud.run([sys.executable, "-c", "b = bytearray(600 << 20)"])
+        assert result.exit_code == 1
+        assert any("memory" in t.lower() for t in loud.taints()), loud.taints()
+    silent = ("chunks = []\ntry:\n    while True:\n        chunks.append(bytearray(1 << 20))\n"
+              "except MemoryError:\n    pass\n")  # catches it and says nothing: the peak RSS must tell
+    async with Overlay(workspace, state_dir=state_base, limits=limits) as quiet:
+        result = await quiet.run([sys.executable, "-c", silent])
+        assert result.exit_code == 0 and result.text == ""
+        assert any("memory" in t.lower() for t in quiet.taints()), quiet.taints()
+
+
+async def test_a_small_run_under_the_same_limit_is_not_tainted(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    async with Overlay(workspace, state_dir=state_base, limits=Limits(memory_bytes=200 << 20)) as overlay:
+        result = await overlay.run([sys.executable, "-c", "b = bytearray(20 << 20); print('ok')"])
+        assert result.text == "ok\n"
+        assert overlay.taints() == []
+
+
+async def test_modifying_a_hard_linked_file_taints_the_run(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    os.link(workspace.root / "README.md", workspace.root / "README.copy")
+    before = tree_state(workspace.root)
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        await overlay.run(["sh", "-c", "echo more >> README.md"])
+        taints = overlay.taints()
+    assert any("hard-linked" in t and "README.md" in t for t in taints), taints
+    assert tree_state(workspace.root) == before
+
+
+async def test_a_timeout_and_a_cpu_limit_taint_the_run(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    async with Overlay(workspace, state_dir=state_base) as slow:
+        result = await slow.run(["sleep", "60"], timeout=1.0)
+        assert result.timed_out
+        assert any("timed out" in t for t in slow.taints()), slow.taints()
+    async with Overlay(workspace, state_dir=state_base, limits=Limits(cpu_seconds=1)) as busy:
+        result = await busy.run(["sh", "-c", "while :; do :; done"], timeout=120)
+        assert result.exit_code in (-24, -9)
+        assert any("limit" in t for t in busy.taints()), busy.taints()
+
+
+async def test_taints_accumulate_over_runs_and_survive_discard(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    overlay = await Overlay.create(workspace, state_dir=state_base)
+    await overlay.run(["sh", "-c", "echo 'No space left on device' >&2"])
+    await overlay.run(["true"])
+    seen = overlay.taints()
+    await overlay.discard()
+    assert seen and overlay.taints() == seen
+
+
+async def test_the_copy_backend_without_namespaces_is_always_tainted(tmp_path: Path, state_base: Path,  # noqa: F811
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TAO_SANDBOX_NAMESPACES", "none")
+    workspace = Workspace(make_repo(tmp_path / "ws"))
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        await overlay.run(["true"])
+        assert any("cannot isolate" in t for t in overlay.taints()), overlay.taints()
