@@ -72,9 +72,16 @@ def print_check(report: dict[str, Any]) -> None:
     print(f"measured on: {report['repo']}")
     print(f"same path as the workspace: {'yes' if report['same_path'] else 'no (no mount namespace)'}")
     mode = {None: "none", True: "user namespace (unshare -Urm)", False: "root (unshare -m)"}[caps["user_namespace"]]
+    command = {"userns": "in its own user namespace", "caps": "with its capabilities cut to the file powers"}
+    world = {"overlay": "the real one under throwaway layers", "readonly": "the real one, read-only"}
     print(f"namespaces: {mode}; network isolated: {caps['network_namespace']}; pid namespace: "
-          f"{caps['pid_namespace']}; rest of the file system read-only: {caps['readonly_rest']}")
+          f"{caps['pid_namespace']}")
+    if caps["mount_namespace"]:
+        print(f"the command runs {command[caps['command_confinement']]}; the rest of the file system is "
+              f"{world[caps['world']]}")
     print(f"overlay state: {caps['state_dir']}")
+    for taint in caps["taints"]:
+        print(f"every run here is tainted (never promoted): {taint}")
     print()
     for row in report["backends"]:
         if row["available"]:
@@ -121,6 +128,7 @@ async def run_report(repo: Path, command: list[str], args: argparse.Namespace) -
             "dropped_bytes": result.dropped_bytes,
             "changes": [c.to_dict() for c in changes],
             "isolation": overlay.isolation,
+            "taints": overlay.taints(),
         }
     workspace.close()
     return report, result.output
@@ -138,6 +146,10 @@ def print_changes(report: dict[str, Any]) -> None:
         print(f"  {c['kind']:<9} {c['type']:<8} {c['path']}", file=out)
     if report["timed_out"]:
         print("--- timed out; the process group was killed", file=out)
+    for taint in report["taints"]:
+        print(f"--- tainted: {taint}", file=out)
+    if not report["taints"]:
+        print("--- not tainted: nothing seen that a real run would have met differently", file=out)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
