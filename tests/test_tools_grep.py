@@ -196,3 +196,30 @@ async def test_explicit_binary_file_and_missing_path(repo):
 ])
 def test_glob_semantics(glob, path, is_dir, verdict):
     assert GlobFilter.parse(glob).verdict(path, is_dir) is verdict
+
+
+async def test_ignore_files_above_the_workspace_still_apply(tmp_path):
+    """ripgrep runs confined to the workspace, yet reads the .gitignore of a repository around it."""
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    subprocess.run([*GIT, "init", "-q"], cwd=repo, check=True)
+    put(repo, ".gitignore", "*.log\n")
+    put(repo, "sub/a.log", "needle\n")
+    put(repo, "sub/a.txt", "needle\n")
+    workspace = Workspace(repo / "sub")
+    for tool in (Grep(), Grep(use_rg=False)):
+        assert (await run_tool(tool, {"pattern": "needle"}, workspace)).text == "a.txt:1:needle"
+
+
+async def test_ripgrep_reads_nothing_outside_even_named_through_a_symlink(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    put(outside, "secret.txt", "needle outside\n")
+    root = tmp_path / "ws"
+    root.mkdir()
+    put(root, "in.txt", "needle inside\n")
+    (root / "out").symlink_to(outside)
+    obs = await run_tool(Grep(), {"pattern": "needle"}, Workspace(root))
+    assert obs.text == "in.txt:1:needle inside"
+    refused = await run_tool(Grep(), {"pattern": "needle", "path": "out"}, Workspace(root))
+    assert refused.is_error and "outside the workspace" in refused.text and "needle outside" not in refused.text

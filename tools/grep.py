@@ -21,14 +21,15 @@ import shutil
 import stat
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import regex
 
-from sandbox import Workspace, run_process
+from sandbox import ProcessResult, Workspace, landlock, run_process
 from sandbox.beneath import locate, open_real
+from sandbox.process import DEFAULT_MAX_BYTES
 from tools.base import DEFAULT_TOOL_TIMEOUT, MAX_OUTPUT_CHARS, Effect, Observation, ToolError, observe
 from tools.globs import GlobFilter
 from tools.textfile import READ_FLAGS, spell, split_lines
@@ -38,6 +39,7 @@ MAX_MATCH_LINE_CHARS = 300
 GREP_TIMEOUT = DEFAULT_TOOL_TIMEOUT  # the default for one whole call, subprocesses and matching included
 BINARY_PREFIX_BYTES = 64 * 1024  # ripgrep's first read buffer: a NUL in it skips the whole file
 _RG_MAX_BYTES = 16 * 1024 * 1024
+_IGNORE_FILES = (".gitignore", ".ignore", ".rgignore", ".git", ".git/info/exclude")  # read in parent folders
 _RG_FLAGS = ("--no-config", "--sort", "path", "--no-heading", "--with-filename", "--line-number",
              "--color", "never", "--null", "--no-ignore-dot", "--no-messages", "--encoding", "none")
 
@@ -112,15 +114,19 @@ class Grep:
         if glob is not None:
             _check_text("glob", glob)
         deadline = Deadline(self.timeout)
-        rel, binary = await asyncio.to_thread(_target, workspace, args.get("path"))
-        if binary:
-            return observe(f"{rel} is a binary file; grep searches text files only.", exit_code=1,
-                           path=rel, matches=0)
-        if self.rg_path:
-            result = await _search_rg(self.rg_path, pattern, rel, glob, workspace.root, self.max_matches, deadline)
-        else:
-            result = await _search_python(pattern, rel, glob, workspace.root, self.max_matches, deadline)
-        return _report(result, pattern, rel, glob)
+        target = await asyncio.to_thread(_target, workspace, args.get("path"))
+        try:
+            if target.binary:
+                return observe(f"{target.rel} is a binary file; grep searches text files only.", exit_code=1,
+                               path=target.rel, matches=0)
+            if self.rg_path:
+                result = await _search_rg(self.rg_path, pattern, target, glob, workspace.root, self.max_matches,
+                                          deadline)
+            else:
+                result = await _search_python(pattern, target, glob, workspace.root, self.max_matches, deadline)
+        finally:
+            target.close()
+        return _report(result, pattern, target.rel, glob)
 
 
 class Deadline:
@@ -152,25 +158,49 @@ def _check_text(what: str, text: str) -> None:
                         "no file can contain; remove it") from None
 
 
-def _target(workspace: Workspace, path: str | None) -> tuple[str, bool]:
-    """The workspace-relative real spelling of what to search, and whether it is a binary file."""
-    given = path or "."
-    with locate(workspace.root, given) as spot:
+@dataclass
+class Target:
+    """What one call searches: a folder, or a regular file held open (so it cannot be swapped meanwhile)."""
+
+    rel: str  # workspace-relative real spelling
+    fd: int | None = None  # the file's descriptor; None for a folder
+    binary: bool = False
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    def data(self) -> bytes:
+        """The held file's bytes, from its start."""
+        assert self.fd is not None
+        chunks, offset = [], 0
+        while chunk := os.pread(self.fd, 1 << 20, offset):
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+
+
+def _target(workspace: Workspace, path: str | None) -> Target:
+    """What to search, looked up without leaving the workspace; a named file is opened and held."""
+    with locate(workspace.root, path or ".") as spot:
         try:
             info = os.stat(spot.name or ".", dir_fd=spot.dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             raise ToolError(f"path not found: {spell(path)}; use list_files to look around") from None
         if stat.S_ISDIR(info.st_mode):
-            return spot.rel, False
+            return Target(spot.rel)
         if not stat.S_ISREG(info.st_mode):
             raise ToolError(f"{spell(path)} is not a regular file or folder; grep cannot search it")
-        fd = spot.open(READ_FLAGS)
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ToolError(f"{spell(path)} is not a regular file or folder; grep cannot search it")
-            return spot.rel, _has_nul(fd)
-        finally:
-            os.close(fd)
+        target = Target(spot.rel, spot.open(READ_FLAGS))
+    try:
+        if not stat.S_ISREG(os.fstat(target.fd).st_mode):
+            raise ToolError(f"{spell(path)} is not a regular file or folder; grep cannot search it")
+        target.binary = _has_nul(target.fd)
+    except BaseException:
+        target.close()
+        raise
+    return target
 
 
 def _report(result: SearchResult, pattern: str, rel: str, glob: str | None) -> Observation:
@@ -207,10 +237,13 @@ def _has_nul(fd: int) -> bool:
 
 # --- ripgrep ----------------------------------------------------------------------------------------
 
-async def _search_rg(rg: str, pattern: str, rel: str, glob: str | None, root: Path, limit: int,
+async def _search_rg(rg: str, pattern: str, target: Target, glob: str | None, root: Path, limit: int,
                      deadline: Deadline) -> SearchResult:
-    argv = [rg, *_RG_FLAGS, "-e", pattern, *(["-g", glob] if glob else []), "--", rel]
-    result = await run_process(argv, root, timeout=deadline.left(), max_bytes=_RG_MAX_BYTES)
+    # A named file is searched through the descriptor already checked, never by its name again.
+    held = (target.fd,) if target.fd is not None and os.path.isdir("/proc/self/fd") else ()
+    searched = f"/proc/self/fd/{held[0]}" if held else target.rel
+    argv = [rg, *_RG_FLAGS, "-e", pattern, *(["-g", glob] if glob else []), "--", searched]
+    result = await _run_rg(argv, root, deadline, _RG_MAX_BYTES, held)
     if result.timed_out:
         raise deadline.error()
     output = result.output
@@ -218,11 +251,32 @@ async def _search_rg(rg: str, pattern: str, rel: str, glob: str | None, root: Pa
         output = output[:_RG_MAX_BYTES // 2]
         output = output[:output.rfind(b"\n") + 1]
     matches = [match for line in output.split(b"\n") if (match := _parse_rg_line(line))]
+    if held:
+        matches = [Match(target.rel, match.line, match.text) for match in matches]
     if result.exit_code == 2 and not matches:
         raise ToolError(_rg_error(result.text, pattern))
     matches.sort(key=lambda m: (sort_key(m.path), m.line))
-    total = await _rg_count(argv, root, deadline) if result.dropped_bytes else len(matches)
+    total = await _rg_count(argv, root, deadline, held) if result.dropped_bytes else len(matches)
     return SearchResult(matches[:limit], total)
+
+
+async def _run_rg(argv: list[str], root: Path, deadline: Deadline, max_bytes: int,
+                  held: tuple[int, ...]) -> ProcessResult:
+    """Run ripgrep so that it can read nothing outside the workspace, however the tree changes while it
+    walks it (Landlock); where the kernel cannot confine it, as a plain subprocess."""
+    if landlock.available():
+        return await landlock.run_readonly(argv, root, _rg_rules(argv[0], root), timeout=deadline.left(),
+                                           max_bytes=max_bytes, pass_fds=held)
+    return await run_process(argv, root, timeout=deadline.left(), max_bytes=max_bytes, pass_fds=held)
+
+
+def _rg_rules(rg: str, root: Path) -> landlock.ReadRules:
+    """The workspace, ripgrep itself, and the ignore files outside the workspace that it consults."""
+    outside = [parent / name for parent in root.parents for name in _IGNORE_FILES]
+    home = Path.home()
+    config = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+    outside += [home / ".gitconfig", config / "git" / "config", config / "git" / "ignore"]
+    return landlock.ReadRules(trees=(root,), files=(*landlock.program_files(rg), *outside))
 
 
 def _parse_rg_line(line: bytes) -> Match | None:
@@ -235,9 +289,9 @@ def _parse_rg_line(line: bytes) -> Match | None:
     return Match(shown, int(number), text.decode("utf-8", errors="replace"))
 
 
-async def _rg_count(argv: list[str], root: Path, deadline: Deadline) -> int:
+async def _rg_count(argv: list[str], root: Path, deadline: Deadline, held: tuple[int, ...]) -> int:
     """The number of matching lines when the listing itself was too long to keep."""
-    result = await run_process([argv[0], "--count", *argv[1:]], root, timeout=deadline.left())
+    result = await _run_rg([argv[0], "--count", *argv[1:]], root, deadline, DEFAULT_MAX_BYTES, held)
     if result.timed_out:
         raise deadline.error()
     total = 0
@@ -258,7 +312,7 @@ def _rg_error(text: str, pattern: str) -> str:
 
 # --- Python fallback --------------------------------------------------------------------------------
 
-async def _search_python(pattern: str, rel: str, glob: str | None, root: Path, limit: int,
+async def _search_python(pattern: str, target: Target, glob: str | None, root: Path, limit: int,
                          deadline: Deadline) -> SearchResult:
     try:
         compiled = regex.compile(pattern)
@@ -269,11 +323,12 @@ async def _search_python(pattern: str, rel: str, glob: str | None, root: Path, l
         globs = GlobFilter.parse(glob) if glob else None
     except (regex.error, RecursionError, OverflowError, ValueError) as exc:
         raise ToolError(f"invalid glob {glob!r}: {exc}; use *, ?, ** and {{a,b}} as in ripgrep's -g") from None
+    if target.fd is not None:  # a file named explicitly is searched whatever the glob and ignore rules say
+        found = _Found(limit)
+        await asyncio.to_thread(_scan_data, target.rel, target.data(), compiled, found, deadline)
+        return SearchResult(found.matches, found.total)
     with RootFd(root) as root_fd:
-        if stat.S_ISREG(_lstat(root_fd, rel)):
-            files = [rel]  # a file named explicitly is searched whatever the glob and ignore rules say
-        else:
-            files = await candidate_files(root, rel, globs, root_fd=root_fd, deadline=deadline)
+        files = await candidate_files(root, target.rel, globs, root_fd=root_fd, deadline=deadline)
         return await asyncio.to_thread(_scan_files, root_fd, files, compiled, limit, deadline)
 
 
@@ -288,13 +343,6 @@ class RootFd:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
-
-
-def _lstat(root_fd: int, rel: str) -> int:
-    try:
-        return os.stat(rel, dir_fd=root_fd, follow_symlinks=False).st_mode
-    except OSError:
-        return 0
 
 
 async def candidate_files(root: Path, base: str, glob: GlobFilter | None, *, root_fd: int | None = None,
@@ -367,24 +415,36 @@ async def _git_ignored(root: Path, paths: list[str], deadline: Deadline) -> tupl
     return {os.fsdecode(item) for item in result.output.split(b"\0") if item}, True
 
 
+@dataclass
+class _Found:
+    """Matches kept (the first `limit`) and all matching lines counted."""
+
+    limit: int
+    matches: list[Match] = field(default_factory=list)
+    total: int = 0
+
+
 def _scan_files(root_fd: int, files: list[str], compiled: Any, limit: int, deadline: Deadline) -> SearchResult:
-    matches: list[Match] = []
-    total = 0
+    found = _Found(limit)
     for rel in files:
         data = _read_regular(root_fd, rel)
-        if data is None:
-            continue
-        nul = data.find(b"\0")
-        if nul != -1:
-            if nul < BINARY_PREFIX_BYTES:
-                continue
-            data = data[:data.rfind(b"\n", 0, nul) + 1]
-        for number, line in enumerate(split_lines(data.decode("utf-8", errors="replace")), start=1):
-            if _matches(compiled, line, deadline):
-                total += 1
-                if len(matches) < limit:
-                    matches.append(Match(rel, number, line))
-    return SearchResult(matches, total)
+        if data is not None:
+            _scan_data(rel, data, compiled, found, deadline)
+    return SearchResult(found.matches, found.total)
+
+
+def _scan_data(rel: str, data: bytes, compiled: Any, found: _Found, deadline: Deadline) -> None:
+    """Match one file's lines as ripgrep would: binary skipped, a late NUL ends the search of it."""
+    nul = data.find(b"\0")
+    if nul != -1:
+        if nul < BINARY_PREFIX_BYTES:
+            return
+        data = data[:data.rfind(b"\n", 0, nul) + 1]
+    for number, line in enumerate(split_lines(data.decode("utf-8", errors="replace")), start=1):
+        if _matches(compiled, line, deadline):
+            found.total += 1
+            if len(found.matches) < found.limit:
+                found.matches.append(Match(rel, number, line))
 
 
 def _read_regular(root_fd: int, rel: str) -> bytes | None:
