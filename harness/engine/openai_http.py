@@ -124,17 +124,16 @@ class OpenAIEngine:
                     data = line[5:].strip()
                     if data == "[DONE]":
                         break
-                    event = json.loads(data)
-                    usage = event.get("usage") or usage
-                    for choice in event.get("choices") or []:
-                        delta = choice.get("delta") or {}
-                        finish = choice.get("finish_reason") or finish
-                        _merge_calls(calls, delta.get("tool_calls") or [])
-                        if delta.get("content") or delta.get("tool_calls"):
+                    event = _stream_event(data)
+                    usage = event.get("usage") if isinstance(event.get("usage"), dict) else usage
+                    for content, tool_calls, reason in _choices(event):
+                        finish = reason or finish
+                        _merge_calls(calls, tool_calls)
+                        if content or tool_calls:
                             last = time.monotonic()
                             first = first or last
-                        if delta.get("content"):
-                            yield Chunk(text=delta["content"])
+                        if content:
+                            yield Chunk(text=content)
         except _RetryWithoutPriority:
             async for chunk in self.stream(request):
                 yield chunk
@@ -145,18 +144,19 @@ class OpenAIEngine:
                                  f"({type(exc).__name__}: {exc}); the trajectory so far is saved; restart the "
                                  "server (tao serve) and run again") from None
             finish = "abort"
-        except json.JSONDecodeError as exc:
-            raise EngineError(f"the server at {self.base_url} sent a malformed stream event ({exc.msg}) "
+        except _Malformed as exc:
+            raise EngineError(f"the server at {self.base_url} sent a malformed stream event ({exc}) "
                               f"during request {rid}") from None
         finally:
             self._responses.pop(rid, None)
         if self._aborted.pop(rid, False) is None:
             finish = "abort"
-        details = usage.get("prompt_tokens_details") or {}
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
         yield Chunk(tool_calls=[calls[i] for i in sorted(calls)] or None, finish_reason=finish or "stop",
-                    usage=Usage(prompt_tokens=usage.get("prompt_tokens", 0),
-                                cached_tokens=details.get("cached_tokens") or 0,
-                                output_tokens=usage.get("completion_tokens", 0),
+                    usage=Usage(prompt_tokens=_count(usage.get("prompt_tokens")),
+                                cached_tokens=_count(details.get("cached_tokens")),
+                                output_tokens=_count(usage.get("completion_tokens")),
                                 ttft=(first - submitted) if first else None,
                                 decode_seconds=(last - first) if first and last else None))
 
@@ -215,8 +215,58 @@ async def _offers_native_tools(client: httpx.AsyncClient, base: str, model: str)
     return resp.status_code == 200
 
 
+class _Malformed(ValueError):
+    """A stream event that is not what the OpenAI protocol says; the message says what was wrong."""
+
+
+def _stream_event(data: str) -> dict[str, Any]:
+    """One `data:` line as a JSON object."""
+    try:
+        event = json.loads(data)
+    except json.JSONDecodeError as exc:
+        raise _Malformed(exc.msg) from None
+    except (ValueError, RecursionError) as exc:  # a number too long to convert, nesting too deep
+        raise _Malformed(f"{type(exc).__name__}: {str(exc)[:100]}") from None
+    if not isinstance(event, dict):
+        raise _Malformed(f"a JSON {type(event).__name__} where an object belongs")
+    return event
+
+
+def _choices(event: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]], str | None]]:
+    """Each choice's text, tool-call fragments and finish reason, checked to be of the types they must have."""
+    choices = event.get("choices") or []
+    if not isinstance(choices, list) or not all(isinstance(choice, dict) for choice in choices):
+        raise _Malformed('"choices" is not a list of objects')
+    found = []
+    for choice in choices:
+        delta = choice.get("delta") or {}
+        content = delta.get("content") if isinstance(delta, dict) else None
+        if not isinstance(delta, dict) or not isinstance(content, (str, type(None))):
+            raise _Malformed('a choice\'s "delta" is not an object with "content" text')
+        tool_calls = delta.get("tool_calls") or []
+        if not isinstance(tool_calls, list) or not all(_fragment(item) for item in tool_calls):
+            raise _Malformed('"tool_calls" is not a list of call fragments')
+        reason = choice.get("finish_reason")
+        found.append((content or "", tool_calls, reason if isinstance(reason, str) else None))
+    return found
+
+
+def _fragment(item: Any) -> bool:
+    """Whether a streamed tool-call fragment has the shape `_merge_calls` reads."""
+    if not isinstance(item, dict) or not isinstance(item.get("index", 0), int) or isinstance(item.get("index"), bool):
+        return False
+    function = item.get("function") or {}
+    return (isinstance(item.get("id") or "", str) and isinstance(function, dict)
+            and all(isinstance(function.get(key) or "", str) for key in ("name", "arguments")))
+
+
+def _count(value: Any) -> int:
+    """A token count as the server reported it; 0 when it reported none, or something that is no count."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
 def _merge_calls(calls: dict[int, dict[str, Any]], deltas: list[dict[str, Any]]) -> None:
-    """Accumulate streamed native tool-call fragments into complete OpenAI-shaped calls."""
+    """Accumulate streamed native tool-call fragments (checked by `_fragment`) into complete OpenAI-shaped calls."""
     for delta in deltas:
         call = calls.setdefault(delta.get("index", len(calls)),
                                 {"id": "", "type": "function", "function": {"name": "", "arguments": ""}})

@@ -59,20 +59,41 @@ def load_recording(path: str | Path) -> Recording:
         except EventDecodeError as exc:
             raise UsageError(f"replay file {exc}") from None
         start = next((e for e in events if isinstance(e, SessionStart)), None)
-        turns = [Turn(e.text, e.tool_calls) for e in events if isinstance(e, LLMEnd)]
+        turns = [_turn(source, index, {"text": e.text, "tool_calls": e.tool_calls})
+                 for index, e in enumerate(e for e in events if isinstance(e, LLMEnd))]
         task = start.task if start else None
     else:
-        try:
-            data = json.loads(source.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise UsageError(f"replay file {source} is not valid JSON: {exc}") from None
-        items = data.get("turns", []) if isinstance(data, dict) else data
-        task = data.get("task") if isinstance(data, dict) else None
-        turns = [Turn(item) if isinstance(item, str) else Turn(item.get("text", ""), item.get("tool_calls"))
-                 for item in items]
+        turns, task = _script(source)
     if not turns:
         raise UsageError(f"replay file {source} holds no assistant turns to replay")
     return Recording(turns, task)
+
+
+def _script(source: Path) -> tuple[list[Turn], str | None]:
+    """The turns and task of a JSON turn script; UsageError says what in it is not as described."""
+    try:
+        data = json.loads(source.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"replay file {source} cannot be read as UTF-8 text: {exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"replay file {source} is not valid JSON: {str(exc)[:200]}") from None
+    items = data.get("turns", []) if isinstance(data, dict) else data
+    task = data.get("task") if isinstance(data, dict) else None
+    if not isinstance(items, list) or not isinstance(task, (str, type(None))):
+        raise UsageError(f'replay file {source} must be a list of turns or {{"task": "...", "turns": [...]}}')
+    return [_turn(source, index, item) for index, item in enumerate(items)], task
+
+
+def _turn(source: Path, index: int, item: Any) -> Turn:
+    """One recorded turn: a text, or {"text", "tool_calls"} with a list of native calls."""
+    if isinstance(item, str):
+        return Turn(item)
+    text = item.get("text", "") if isinstance(item, dict) else None
+    calls = item.get("tool_calls") if isinstance(item, dict) else None
+    if not isinstance(text, str) or not isinstance(calls, (list, type(None))):
+        raise UsageError(f'replay file {source}: turn {index + 1} is not a text or {{"text": "...", "tool_calls": '
+                         "[...]}}")
+    return Turn(text, calls)
 
 
 class ReplayEngine:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import os
+import reprlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -308,16 +309,21 @@ def _plain_message(message: dict[str, Any]) -> dict[str, str]:
         content = "".join(part.get("text", "") for part in content if isinstance(part, dict))
     if role == "tool":
         return {"role": "user", "content": f"<tool_result>\n{content}\n</tool_result>"}
-    if role == "assistant" and message.get("tool_calls"):
-        calls = "".join(f"{OPEN}{json.dumps(_call_json(c), ensure_ascii=False)}{CLOSE}" for c in message["tool_calls"])
+    if role == "assistant" and isinstance(message.get("tool_calls"), list):
+        calls = "".join(f"{OPEN}{_call_text(c)}{CLOSE}" for c in message["tool_calls"])
         content = "\n".join(part for part in (content, calls) if part)
     return {"role": role, "content": content}
 
 
-def _call_json(call: dict[str, Any]) -> dict[str, Any]:
-    function = call.get("function") or {}
+def _call_text(call: Any) -> str:
+    """A recorded native call in the text protocol's spelling; whatever was recorded, as it was, if it has none."""
+    function = call.get("function") if isinstance(call, dict) else None
+    function = function if isinstance(function, dict) else {}
     arguments = function.get("arguments") or {}
     if isinstance(arguments, str):
-        with contextlib.suppress(json.JSONDecodeError):
+        with contextlib.suppress(ValueError, RecursionError):
             arguments = json.loads(arguments)
-    return {"name": function.get("name", ""), "arguments": arguments}
+    try:
+        return json.dumps({"name": function.get("name", ""), "arguments": arguments}, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return reprlib.repr(call)
