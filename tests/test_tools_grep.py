@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 from pathlib import Path
 
@@ -223,3 +224,26 @@ async def test_ripgrep_reads_nothing_outside_even_named_through_a_symlink(tmp_pa
     assert obs.text == "in.txt:1:needle inside"
     refused = await run_tool(Grep(), {"pattern": "needle", "path": "out"}, Workspace(root))
     assert refused.is_error and "outside the workspace" in refused.text and "needle outside" not in refused.text
+
+
+async def test_a_catastrophic_pattern_ends_with_a_clear_error(tmp_path):
+    """The Python fallback bounds matching: `(a|aa)+$` on a long line of a's backtracks without end."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    put(root, "a.txt", "a" * 64 + "!\n")
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.ensure_future(tick())
+    try:
+        obs = await run_tool(Grep(use_rg=False, timeout=1), {"pattern": "(a|aa)+$"}, Workspace(root))
+    finally:
+        ticker.cancel()
+    assert obs.is_error
+    assert "took too long" in obs.text and "simplify it" in obs.text
+    assert ticks > 1  # the event loop kept running while the pattern was matched
