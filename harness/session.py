@@ -282,6 +282,7 @@ class Session:
                              observation.is_error, observation.exit_code, observation.truncated_chars,
                              self.workspace.version, round(duration, 6)))
         self.messages.append(protocol.result_message(call, observation.text, self.engine.native_tools))
+        self.workspace.note_seen(observation.data.get("path"), observation.data.get("digest"))  # edit_file's ledger
         if call in self._open:
             self._open.remove(call)
 
