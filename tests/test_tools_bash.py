@@ -101,8 +101,13 @@ async def test_timeout_kills_children_in_the_foreground_group(bash, ws):
 
 
 async def test_unresponsive_shell_is_restarted(bash, ws):
-    await sh(bash, ws, "cd sub; MARK=lost")
-    obs = await sh(bash, ws, "trap '' INT; while :; do :; done")
+    """Only the runaway command has the 1 s timeout: on a busy machine even `pwd` in a fresh shell may take longer.
+    The shell ignores SIGINT before the runaway is sent, so that it is deaf to the interrupt however late it runs."""
+    bash.timeout = 120
+    await sh(bash, ws, "cd sub; MARK=lost; trap '' INT")
+    bash.timeout = 1
+    obs = await sh(bash, ws, "while :; do :; done")
+    bash.timeout = 120
     assert obs.is_error and obs.data["shell_restarted"]
     assert obs.text.endswith("the shell was restarted, cwd and environment reset]")
     after = await sh(bash, ws, "pwd; echo \"[$MARK]\"")
@@ -163,3 +168,55 @@ async def test_sessions_are_independent(ws):
 async def test_empty_command_is_an_error(bash, ws):
     obs = await sh(bash, ws, "   ")
     assert obs.is_error and "command is empty" in obs.text
+
+
+CRASHER = r"""
+import asyncio, os, sys
+from sandbox import Workspace
+from tools import Bash, run_tool
+tool = Bash(timeout=10)
+asyncio.run(run_tool(tool, {"command": "true"}, Workspace(sys.argv[1])))
+print(tool._shell.scratch, flush=True)
+os.kill(tool._shell.pid, 9)  # the shell dies with its owner below; only its scratch folder is left
+os._exit(1)  # a crash: no cleanup runs
+"""
+
+
+async def test_scratch_folders_of_dead_sessions_are_swept(ws, bash, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    crashed = subprocess.run([sys.executable, "-c", CRASHER, str(ws.root)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=120)
+    left = Path(crashed.stdout.strip())
+    assert left.name.startswith("tao-bash-") and left.is_dir(), crashed.stderr
+    alive = Bash(timeout=5)
+    try:
+        await sh(alive, ws, "true")  # a live session's folder must survive the sweep
+        mine = alive._shell.scratch
+        await sh(bash, ws, "true")  # a new shell sweeps the folders whose owner is gone
+        assert not left.exists()
+        assert mine.is_dir() and bash._shell.scratch.is_dir()
+    finally:
+        alive.close()
+    assert not mine.exists()  # closed: removed by its owner
+
+
+def test_a_scratch_folder_of_unknown_or_foreign_owner_is_kept(tmp_path, monkeypatch):
+    import tempfile
+
+    from tools.shell import scratch_owner, sweep_scratch
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    pid, start, namespace = scratch_owner()
+    foreign = tmp_path / f"tao-bash-{pid + 1}.{start}.{namespace + 1}-abc"  # another pid namespace: cannot tell
+    legacy = tmp_path / "tao-bash-abc123"  # an older Tao's: no owner recorded
+    reused = tmp_path / f"tao-bash-{pid}.{start + 1}.{namespace}-abc"  # this pid, but another process's start
+    mine = tmp_path / f"tao-bash-{pid}.{start}.{namespace}-abc"
+    for folder in (foreign, legacy, reused, mine):
+        folder.mkdir()
+    sweep_scratch()
+    assert foreign.is_dir() and legacy.is_dir() and mine.is_dir()
+    assert not reused.exists()

@@ -6,6 +6,9 @@ cwd, variables and functions persist between calls. Job control is on (interacti
 foreground pipeline has its own process group: on timeout the shell is sent SIGINT (which aborts the
 rest of the command list), the foreground group is killed, and the shell is re-synced with a fresh
 marker. A shell that does not answer is killed with everything in its session and replaced.
+
+The scripts and outputs live in a scratch folder under the temp dir whose name records its owner
+(pid, start time, pid namespace); starting a shell sweeps the folders of owners that are gone.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ OUTPUT_CAP_BYTES = 2 * 1024 * 1024  # head and tail of a command's output kept w
 _START_TIMEOUT = 10.0
 _RESYNC_WAITS = (0.25, 0.5, 1.0, 1.5)  # seconds to wait for the shell to answer each re-sync attempt
 _POLL = 0.25  # how often a waiting command checks whether its call was cancelled
+_SCRATCH_PREFIX = "tao-bash-"  # then "<pid>.<start time>.<pid namespace>-" of the owner, then random
+_SCRATCH_OWNER = re.compile(r"tao-bash-(?P<pid>\d+)\.(?P<start>\d+)\.(?P<ns>\d+)-")
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,10 @@ class Shell:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        self.scratch = Path(tempfile.mkdtemp(prefix="tao-bash-"))
+        sweep_scratch()
+        pid, start, namespace = scratch_owner()
+        # The owner is in the name from the first instant, so a crash at any point leaves it sweepable.
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"{_SCRATCH_PREFIX}{pid}.{start}.{namespace}-"))
         self.count = 0
         self.cancelled = threading.Event()
         bash = shutil.which("bash") or "/bin/bash"
@@ -165,6 +173,38 @@ class Shell:
         _kill_session(self.child.pid)
         self.child.close(force=True)
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def scratch_owner(pid: int | None = None) -> tuple[int, int, int]:
+    """(pid, start time in clock ticks since boot, pid namespace inode) of a process (default: this one).
+
+    A pid alone can be reused; with its start time it names one process. Raises OSError if it is gone."""
+    pid = os.getpid() if pid is None else pid
+    with open(f"/proc/{pid}/stat", "rb") as handle:
+        start = int(handle.read().rsplit(b")", 1)[1].split()[19])  # field 22, counted after the name
+    return pid, start, os.stat("/proc/self/ns/pid").st_ino
+
+
+def sweep_scratch() -> None:
+    """Remove the scratch folders of bash tools whose owner process is gone (after a crash, say).
+
+    Only folders that name their owner are judged, and only from the same pid namespace; a live
+    owner's folder is never touched."""
+    try:
+        _, _, namespace = scratch_owner()
+        entries = list(os.scandir(tempfile.gettempdir()))
+    except OSError:
+        return
+    for entry in entries:
+        owner = _SCRATCH_OWNER.match(entry.name)
+        if owner is None or int(owner["ns"]) != namespace or not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            alive = scratch_owner(int(owner["pid"]))[1] == int(owner["start"])
+        except (OSError, IndexError, ValueError):
+            alive = False
+        if not alive:
+            shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def _kill_session(sid: int) -> None:
