@@ -19,8 +19,8 @@ from harness.calldecode import (MAX_DEPTH, MAX_NAME, CallRefused, check_name, ch
                                 shown)
 
 __all__ = ["CLOSE", "MAX_DEPTH", "OPEN", "CallArgs", "CallDone", "CallError", "CallName", "CallParser", "CallStart",
-           "ParseEvent", "ParsedCall", "Text", "parse_native_calls", "printable", "render_system_prompt",
-           "result_message"]
+           "ParseEvent", "ParsedCall", "Text", "parse_native_calls", "printable", "recordable_calls",
+           "render_system_prompt", "result_message"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 HEAD_CHARS = 4096  # characters of a call read for its name and first arguments while it streams
@@ -296,6 +296,29 @@ def parse_native_calls(tool_calls: Any) -> tuple[list[ParsedCall], list[CallErro
             named = shown(name, MAX_NAME) if isinstance(name, str) else ""
             errors.append(CallError(index, str(exc), _raw(item), call_id, named))
     return calls, errors
+
+
+def recordable_calls(tool_calls: Any) -> list[dict[str, Any]]:
+    """Native calls as events, trajectories and the next prompt carry them: as the engine gave them when they are
+    plain JSON data (the usual case), else each call that is not as a bounded text of what it was."""
+    try:
+        check_plain(tool_calls, "The tool calls")
+        if isinstance(tool_calls, list) and all(isinstance(item, dict) for item in tool_calls):
+            return tool_calls
+    except CallRefused:
+        pass
+    items = tool_calls if isinstance(tool_calls, list) else [tool_calls]
+    return [item if isinstance(item, dict) and _is_plain(item) else
+            {"id": _native_id(item, index), "type": "function", "function": {"name": "", "arguments": _raw(item)}}
+            for index, item in enumerate(items)]
+
+
+def _is_plain(value: Any) -> bool:
+    try:
+        check_plain(value, "The tool call")
+    except CallRefused:
+        return False
+    return True
 
 
 def _native_id(item: Any, index: int) -> str:

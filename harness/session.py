@@ -234,11 +234,12 @@ class Session:
         parser.finish()
         self.output_tokens += usage.output_tokens
         self.prompt_tokens = usage.prompt_tokens  # in the engine's prefix cache now: warming starts there
-        self.emit(LLMEnd(self.now(), self.steps, request.request_id, raw, native, finish_reason,
+        recorded = protocol.recordable_calls(native) if native else None
+        self.emit(LLMEnd(self.now(), self.steps, request.request_id, raw, recorded, finish_reason,
                          usage.prompt_tokens, usage.cached_tokens, usage.output_tokens, usage.ttft,
                          usage.decode_seconds))
         calls, errors = protocol.parse_native_calls(native) if native else (parser.calls, parser.errors)
-        self.messages.append(assistant_message(raw, native, bool(calls)))
+        self.messages.append(assistant_message(raw, recorded, bool(calls)))
         return Answer(parser.text, calls, errors)
 
     async def act(self, call: protocol.ParsedCall) -> Observation:

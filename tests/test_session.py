@@ -8,7 +8,7 @@ import random
 import shutil
 from pathlib import Path
 
-from harness.bench.stream_gen import StreamGen
+from harness.bench.stream_gen import StreamGen, _nested
 from harness.engine.replay import ReplayEngine, Recording, Turn, load_recording
 from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, SpecToggle, ToolCall, ToolResult,
                             TrajectoryWriter, comparable, read_trajectory)
@@ -299,3 +299,21 @@ async def test_a_failing_analyzer_turns_speculation_off_and_changes_nothing_else
             assert any(isinstance(e, SpecToggle) and not e.enabled for e in events)
         runs.append([e for e in comparable(events) if e["type"] != "spec_toggle"])
     assert runs[1] == runs[0] and runs[2] == runs[0]
+
+
+async def test_fuzzed_native_answers_end_with_the_models_finish(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    turns = []
+    for index in range(16):
+        case = StreamGen(random.Random(f"native:{index}")).native()
+        for item in case.tool_calls if isinstance(case.tool_calls, list) else []:
+            function = item.get("function") if isinstance(item, dict) else None
+            if isinstance(function, dict) and function.get("name") in ("bash", "run_tests", "finish"):
+                function["name"] = "grep"  # bash and run_tests would run fuzzed text as a command here
+        turns.append(Turn(f"answer {index}", case.tool_calls if index % 4 else [{"id": "x", "function": {
+            "name": "grep", "arguments": _nested(5000)}}, {"id": "y", "function": {"name": "grep", "arguments": 5}}]))
+    finish = [{"id": "end", "type": "function", "function": {"name": "finish", "arguments": '{"summary": "ok"}'}}]
+    end, events, session = await hostile(repo, Recording([*turns, Turn("", finish)]), tmp_path / "t.jsonl")
+    assert end.status == "finished" and end.steps == 17
+    assert read_trajectory(tmp_path / "t.jsonl")[-1].status == "finished"
+    json.dumps(session.messages)  # what the next request would send

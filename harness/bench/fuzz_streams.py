@@ -33,11 +33,15 @@ from harness import protocol
 from harness.bench import emit, machine, run_module
 from harness.bench.stream_gen import NativeCase, StreamGen, TextCase
 from harness.errors import UsageError
-from harness.events import FormatError, ToolCall
+from harness.events import FormatError, SessionStart, ToolCall, ToolResult
 from harness.speculation.canonical import canonical
+from harness.speculation.model import SHIPPED_MODEL, PatternModel
+from harness.speculation.patterns import Analyzer, Partial
 from harness.speculation.prefix import args_prefix_of
 
 EXAMPLES = 5  # crashes and violations shown in full
+ANALYZE_EVERY = 4  # every so many text cases also go through the analyzer (predictions cost milliseconds)
+SESSION_CASES = 200  # text cases an analyzer sees before a fresh one starts, as a new session would
 SAFE_DEPTH = 100  # levels of nesting every consumer of a call (json, the analyzer, events) takes with room to spare
 ROOT = "/work/repo"
 MAX_ERROR_CHARS = 2000
@@ -62,9 +66,14 @@ def parse_stream(chunks: list[str]) -> tuple[protocol.CallParser, list[protocol.
     return parser, events
 
 
-def check_text(case: TextCase) -> tuple[int, int]:
-    """Run one text case and check every invariant; returns (calls, errors). Raises on a crash or violation."""
+def check_text(case: TextCase, analyzer: Analyzer | None = None) -> tuple[int, int]:
+    """Run one text case and check every invariant; returns (calls, errors). Raises on a crash or violation.
+
+    With an `analyzer`, the answer also goes where a session sends it: predictions at each moment of the
+    stream, then the calls and their results (the answer itself, as a hostile output) to learn from."""
     parser, events = parse_stream(case.chunks)
+    if analyzer is not None:
+        analyze(analyzer, parser, events, case.text)
     _check_events(parser, events)
     for call in parser.calls:
         check_call(call)
@@ -81,6 +90,23 @@ def check_text(case: TextCase) -> tuple[int, int]:
         if parser.text != case.expected_text:
             raise Violation(f"a well-formed answer's text is {parser.text[:80]!r}, not {case.expected_text[:80]!r}")
     return len(parser.calls), len(parser.errors)
+
+
+def analyze(analyzer: Analyzer, parser: protocol.CallParser, events: list[protocol.ParseEvent], output: str) -> None:
+    """What the session feeds the analyzer of one answer: moments (b) and (c), then each call and its result."""
+    for event in events:
+        if isinstance(event, protocol.CallStart):
+            analyzer.predict("b", Partial(text=parser.text))
+        elif isinstance(event, protocol.CallName):
+            analyzer.predict("c", Partial(text=parser.text, name=event.name))
+        elif isinstance(event, protocol.CallArgs) and len(prefix := args_prefix_of(event.partial)) >= 8:
+            analyzer.predict("c", Partial(text=parser.text, name=event.name, args_prefix=prefix))
+    version = analyzer.state.version
+    for call in parser.calls:
+        analyzer.observe(ToolCall(0.0, 1, call.call_id, call.name, call.arguments, "pure"))
+        analyzer.observe(ToolResult(0.0, 1, call.call_id, call.name, output[:20_000], len(output) % 2 == 0,
+                                    None, 0, version + len(output) % 3))
+    analyzer.predict("a")
 
 
 def _check_events(parser: protocol.CallParser, events: list[protocol.ParseEvent]) -> None:
@@ -131,7 +157,7 @@ def check_error(error: Any) -> None:
     FormatError(0.0, 1, message).to_json().encode("utf-8")
 
 
-def check_native(case: NativeCase) -> tuple[int, int]:
+def check_native(case: NativeCase, analyzer: Analyzer | None = None) -> tuple[int, int]:
     """Run one native case: every item is a call or an error, the well-formed ones exactly as given."""
     calls, errors = protocol.parse_native_calls(case.tool_calls)
     items = len(case.tool_calls) if isinstance(case.tool_calls, list) else 1
@@ -148,6 +174,15 @@ def check_native(case: NativeCase) -> tuple[int, int]:
     if len(calls) < len(case.expected):
         raise Violation(f"{len(case.expected)} well-formed native calls gave only {len(calls)} calls")
     return len(calls), len(errors)
+
+
+def new_analyzer(model: PatternModel) -> Analyzer:
+    """A session's analyzer over the shipped model, started on a task in a workspace."""
+    analyzer = Analyzer(model)
+    analyzer.observe(SessionStart(0.0, "fuzz", "Fix calc/ops.py: add(2, 3) gives -1; see tests/test_ops.py.", ROOT,
+                                  "fuzz", ["bash", "edit_file", "finish", "grep", "list_files", "outline", "read_file",
+                                           "run_tests", "write_file"], {}, ""))
+    return analyzer
 
 
 def _depth(value: Any) -> int:
@@ -188,12 +223,17 @@ def run(streams: int = 20000, seed: int = 0, native: int | None = None,
     by_label: dict[str, Counter[str]] = {}
     examples: list[dict[str, Any]] = []
     slowest = (0.0, "")
+    model = PatternModel.load(SHIPPED_MODEL)
+    analyzer: Analyzer | None = None
     for kind, count, make, check in (("text", streams, StreamGen.answer, check_text),
                                      ("native", native, StreamGen.native, check_native)):
         for index in range(count):
             case = make(StreamGen(random.Random(f"{seed}:{kind}:{index}")))
+            if kind == "text" and index % SESSION_CASES == 0:
+                analyzer = new_analyzer(model)
+            analyzed = kind == "text" and index % ANALYZE_EVERY == 0
             began = time.perf_counter()
-            outcome, failure = _one(case, check, case_seconds)  # type: ignore[arg-type]
+            outcome, failure = _one(case, lambda c: check(c, analyzer if analyzed else None), case_seconds)
             slowest = max(slowest, (round(time.perf_counter() - began, 3), f"{kind} case {index} {case.labels}"))
             totals.update(outcome)
             for label in set(case.labels) or {"well_formed"}:

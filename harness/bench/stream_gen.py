@@ -24,6 +24,11 @@ _WORDS = ("I", "will", "read", "the", "file", "then", "run", "tests.", "Let", "m
           "\ud800", "\r\n", "```python", "def f():", "    return 1", "```")
 _STRING_PIECES = ("a", "calc/ops.py", " ", "\"", "\\", "\n", "\t", "é", "中", "😀", "<tool_call>", "{}", "[1]",
                   "\u202e", "\u200b", "\x7f", "'", "%s", "$HOME", "../", "*.py", "\\u0041")
+_SHELL_PIECES = ("python", "pytest", "-q", "tests/test_ops.py", "calc/ops.py", "cat", "sed", "-n", "'1,20p'", "grep",
+                 "-rn", "\"def add\"", "ls", "-la", "&&", "||", "|", ";", "&", "\n", ">", ">>", "2>&1", "<<", "'EOF'",
+                 "EOF", "<<-", "$(", ")", "`", "\"", "'", "\\", "#", "cd", "/work/repo", "$HOME", "*.py", "{a,b}", "(",
+                 "nl", "-ba", "head", "-n", "5", "rm", "-rf", "build", "mkdir", "-p", "echo", "x=1", "python3", "-c",
+                 "\"print(1)\"", "\t", "  ", "\x00", "é", "-k", "test_add", "::", "--", "<", "|&", ";;", "\\\n")
 _NAME_NOISE = ("\x00", "\x1b", "\n", "\t", "\x7f", "\u202e", "\u200b", "\ud800", "\udfff", " ", "\"", "<", "\x9b")
 _DEPTHS = (20, 63, 64, 65, 100, 500, 999, 1000, 2000, 5000, 20000, 100000)
 MUTATIONS = ("truncate", "no_close", "no_open", "double_open", "double_close", "partial_tags", "bad_json",
@@ -79,8 +84,15 @@ class StreamGen:
 
     def arguments(self) -> dict[str, Any]:
         keys = ("path", "pattern", "command", "start_line", "end_line", "depth", "content", "old", "new", "glob")
-        return {self.rng.choice(keys) if self.rng.random() < 0.7 else self.string(6): self.value()
+        args = {self.rng.choice(keys) if self.rng.random() < 0.7 else self.string(6): self.value()
                 for _ in range(self.rng.randint(0, 4))}
+        if self.rng.random() < 0.3:
+            args["command"] = self.command()
+        return args
+
+    def command(self) -> str:
+        """A shell command as agents write them, and as they get them wrong (for the shell reader)."""
+        return " ".join(self.rng.choice(_SHELL_PIECES) for _ in range(self.rng.randint(1, 14)))
 
     def name(self) -> str:
         if self.rng.random() < 0.8:
