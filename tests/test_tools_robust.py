@@ -69,6 +69,7 @@ CRASHERS = [
     ("grep", {"pattern": "\ud800"}),
     ("grep", {"pattern": "x", "glob": "\ud800"}),
     ("run_tests", {"command": "echo \ud800"}),
+    ("run_tests", {"command": "echo a\x00b"}),
 ]
 
 
@@ -78,7 +79,7 @@ async def test_model_input_becomes_an_error_observation(tools, workspace, name, 
     assert isinstance(obs, Observation)
     assert obs.is_error
     assert obs.text.startswith("Error: ")
-    assert "Traceback" not in obs.text
+    assert "Traceback" not in obs.text and "bug in Tao" not in obs.text
     assert len(obs.text) < 2000
 
 

@@ -18,6 +18,7 @@ from tools.textfile import TextFile, digest, locate_text, number_lines, spell, s
 CONTEXT_LINES = 3  # lines shown around an edit
 MAX_LISTED_OCCURRENCES = 20
 _MAX_LINES_FOR_FUZZY_HINT = 5000
+_MAX_CHARS_FOR_FUZZY_HINT = 1000  # lines longer than this are not compared for the "closest line" hint
 _LINE_NUMBER_PREFIX = re.compile(r"^\s*\d+\t", re.MULTILINE)
 
 
@@ -138,7 +139,10 @@ def _closest_line(content: str, old: str) -> str:
         number = stripped.index(first) + 1
         label = "Its first line appears at line"
     else:
-        close = difflib.get_close_matches(first, stripped, n=1, cutoff=0.6)
+        if len(first) > _MAX_CHARS_FOR_FUZZY_HINT:
+            return ""  # comparing long lines costs their lengths multiplied: no hint is better than a stall
+        short = [line if len(line) <= _MAX_CHARS_FOR_FUZZY_HINT else "" for line in stripped]
+        close = difflib.get_close_matches(first, short, n=1, cutoff=0.6)
         if not close:
             return ""
         number = stripped.index(close[0]) + 1

@@ -77,6 +77,14 @@ def deterministic_env() -> dict[str, str]:
     return env
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 EXAMPLE_RUNNER = "python -m pytest -q"
 """The test command the tool's description shows: what a model using Tao types when it names its own."""
 
@@ -110,6 +118,11 @@ class RunTests:
 
     async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
         command = (args.get("command") or "").strip() or self.command_for(workspace)
+        if command and "\0" in command:
+            raise ToolError("command contains a NUL byte, which no shell command can hold; remove it")
+        if command and not _encodable(command):
+            raise ToolError("command contains a lone surrogate (an unpaired \\ud800-\\udfff escape), which cannot "
+                            "be passed to a shell; remove it")
         if not command:
             raise ToolError(
                 "no command given and no test command detected in the workspace (looked for pyproject.toml, "
