@@ -7,11 +7,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sandbox import Workspace
 from tools import Grep, run_tool
 from tools.globs import GlobFilter
 from tools.grep import find_rg
+from tools.textfile import split_lines
 
 GIT = ["git", "-c", "user.email=t@example.com", "-c", "user.name=t", "-c", "init.defaultBranch=main"]
 
@@ -247,3 +250,19 @@ async def test_a_catastrophic_pattern_ends_with_a_clear_error(tmp_path):
     assert obs.is_error
     assert "took too long" in obs.text and "simplify it" in obs.text
     assert ticks > 1  # the event loop kept running while the pattern was matched
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(alphabet="ab \n\t_.-x", max_size=60),
+       pattern=st.sampled_from([r"\bab\b", r"a\s+b", r"\Wx", r"[^a]b", r"a.b", r"\Bb", r"x*", r"b\n?a", r"(a|b)+_",
+                                r"\sx\s", r"^a", r"b$", r"(?<=a)b", r"\b", r"[\s\S]x"]))
+def test_the_whole_file_check_never_hides_a_line_match(text, pattern):
+    """grep's fallback skips a file when one search of all of it finds nothing: never when a line matches."""
+    import regex
+
+    from tools.grep import Deadline, _Found, _scan_data
+
+    found = _Found(1000)
+    _scan_data("f", text.encode(), regex.compile(pattern), found, Deadline(60))
+    expected = [n for n, line in enumerate(split_lines(text), start=1) if regex.search(pattern, line)]
+    assert [m.line for m in found.matches] == expected

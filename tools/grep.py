@@ -440,11 +440,23 @@ def _scan_data(rel: str, data: bytes, compiled: Any, found: _Found, deadline: De
         if nul < BINARY_PREFIX_BYTES:
             return
         data = data[:data.rfind(b"\n", 0, nul) + 1]
-    for number, line in enumerate(split_lines(data.decode("utf-8", errors="replace")), start=1):
+    text = data.decode("utf-8", errors="replace")
+    if _whole_text_implied(compiled.pattern) and not _matches(compiled, text, deadline):
+        return  # no line can match: one search of the whole file said so
+    for number, line in enumerate(split_lines(text), start=1):
         if _matches(compiled, line, deadline):
             found.total += 1
             if len(found.matches) < found.limit:
                 found.matches.append(Match(rel, number, line))
+
+
+_CONTEXT_SYNTAX = ("^", "$", "\\A", "\\Z", "\\z", "\\G", "(?=", "(?!", "(?<")
+
+
+def _whole_text_implied(pattern: str) -> bool:
+    """Whether a match in a line implies a match in the whole file: true for a pattern that looks at the
+    characters it matches only (no anchors, no lookaround; a word boundary sees a newline as a line end)."""
+    return not any(syntax in pattern for syntax in _CONTEXT_SYNTAX)
 
 
 def _read_regular(root_fd: int, rel: str) -> bytes | None:
