@@ -265,8 +265,9 @@ async def _run_rg(argv: list[str], root: Path, deadline: Deadline, max_bytes: in
     """Run ripgrep so that it can read nothing outside the workspace, however the tree changes while it
     walks it (Landlock); where the kernel cannot confine it, as a plain subprocess."""
     if landlock.available():
-        return await landlock.run_readonly(argv, root, _rg_rules(argv[0], root), timeout=deadline.left(),
-                                           max_bytes=max_bytes, pass_fds=held)
+        rules = await asyncio.to_thread(_rg_rules, argv[0], root)  # the first call asks ldd: not on the loop
+        return await landlock.run_readonly(argv, root, rules, timeout=deadline.left(), max_bytes=max_bytes,
+                                           pass_fds=held)
     return await run_process(argv, root, timeout=deadline.left(), max_bytes=max_bytes, pass_fds=held)
 
 
