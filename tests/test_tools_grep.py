@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sandbox import Workspace
+from sandbox import Workspace, landlock
 from tools import Grep, run_tool
 from tools.globs import GlobFilter
 from tools.grep import find_rg
@@ -266,3 +267,22 @@ def test_the_whole_file_check_never_hides_a_line_match(text, pattern):
     _scan_data("f", text.encode(), regex.compile(pattern), found, Deadline(60))
     expected = [n for n, line in enumerate(split_lines(text), start=1) if regex.search(pattern, line)]
     assert [m.line for m in found.matches] == expected
+
+
+@pytest.mark.skipif(not landlock.available(), reason="this kernel does not enforce Landlock")
+async def test_a_confined_helper_reads_only_its_trees(tmp_path):
+    inside, outside = tmp_path / "ws", tmp_path / "outside"
+    inside.mkdir()
+    outside.mkdir()
+    put(inside, "in.txt", "inside\n")
+    put(outside, "out.txt", "outside\n")
+    (inside / "link.txt").symlink_to(outside / "out.txt")
+    cat = shutil.which("cat")
+    assert cat
+    rules = landlock.ReadRules(trees=(inside,), files=landlock.program_files(cat))
+    ok = await landlock.run_readonly([cat, "in.txt"], inside, rules, timeout=60, max_bytes=1 << 20)
+    assert ok.exit_code == 0 and ok.output == b"inside\n"
+    for target in ("link.txt", str(outside / "out.txt")):
+        denied = await landlock.run_readonly([cat, target], inside, rules, timeout=60, max_bytes=1 << 20)
+        assert denied.exit_code != 0 and b"Permission denied" in denied.output
+    assert (outside / "out.txt").read_text() == "outside\n"
