@@ -15,6 +15,7 @@ from harness.engine.openai_http import OpenAIEngine
 from harness.engine.replay import load_recording
 from harness.engine.vllm_local import _plain_message
 from harness.errors import EngineError, UsageError
+from harness.speculation.extract import ReasoningFacts, path_mentions
 
 
 def test_two_thousand_fuzzed_streams_crash_nothing() -> None:
@@ -126,3 +127,12 @@ def test_recorded_native_calls_of_any_shape_render_for_a_plain_chat_template() -
                   [{"function": {"name": "grep", "arguments": "{bad"}}], [{"function": {"arguments": [[[1]]]}}]):
         message = _plain_message({"role": "assistant", "content": "thinking", "tool_calls": calls})
         assert message["role"] == "assistant" and message["content"].startswith("thinking\n<tool_call>")
+
+
+def test_a_run_of_path_characters_names_no_file_and_the_paths_beside_it_are_found() -> None:
+    # Such a run made the path patterns start anew after each slash: 20 kB took seconds on the event loop.
+    run = "a/" * 20_000 + "x.py"
+    text = f"I will read calc/ops.py, line 4, not {run} nor '{run}'.\n{run}:3: found"
+    assert path_mentions(text, "/work/repo") == [("calc/ops.py", 4)]
+    facts = ReasoningFacts.of(text, "/work/repo")
+    assert facts.paths == [("calc/ops.py", 4)] and facts.text == text

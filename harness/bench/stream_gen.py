@@ -105,6 +105,8 @@ class StreamGen:
     def prose(self) -> str:
         """Reasoning text; never holds an opening tag (it would start a call)."""
         text = " ".join(self.rng.choice(_WORDS) for _ in range(self.rng.randint(0, 12)))
+        if self.rng.random() < 0.03:  # a long run of path characters (a minified line, a data dump)
+            text += self.rng.choice(("a/", "/a", "a.b/", "x-")) * self.rng.choice((150, 2000, 20000)) + " x.py:3:"
         return text.replace(OPEN, "<tool call>")
 
     def body(self, name: str, args: dict[str, Any]) -> str:

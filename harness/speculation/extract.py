@@ -21,6 +21,10 @@ _BACKTICK = re.compile(r"`([^`\n]{2,200})`")
 _DQUOTED = re.compile(r'(?<![\w=])"([A-Za-z_][\w.:-]{2,60})"(?![\w(])')  # "E015", "delete_cookie" in prose
 _PLAIN_FOLDER = re.compile(r"(?<![\w./`-])((?:[\w-]+/)+[\w-]+)/?(?![\w./-])")  # tests/ordering, django/db/models/
 _CALL_OPEN = "<tool_call>"
+# A run of path characters this long names no file: a minified line, a data dump, a model's hostile answer.
+# The path patterns would start anew after each of its slashes (quadratic work), so it is blanked first.
+LONG_RUN = 300
+_LONG_RUN = re.compile(r"[\w./-]{%d,}" % LONG_RUN)
 _SYMBOL = re.compile(r"^(?:(?:def|class) )?[A-Za-z_][\w.]*(?:\(\))?$")
 _FOLDER = re.compile(r"^/?[\w.-]+(?:/[\w.-]+)*/?$")
 # Quoted words that name a tool or a Python constant rather than code to search for.
@@ -38,6 +42,7 @@ def path_mentions(text: str, root: str = "", limit: int = 12) -> list[tuple[str,
     found: list[tuple[str, int | None]] = []
     seen: set[tuple[str, int | None]] = set()
     diff = "diff --git " in text or "\n+++ b/" in text  # a diff names files as a/x and b/x
+    text = blank_long_runs(text)
 
     def add(path: str, line: str | None) -> None:
         if path.startswith("<"):  # File "<string>": code with no file
@@ -59,6 +64,11 @@ def path_mentions(text: str, root: str = "", limit: int = 12) -> list[tuple[str,
     for match in _PATH.finditer(text):
         add(match.group(1), match.group(2))
     return found
+
+
+def blank_long_runs(text: str) -> str:
+    """`text` with every run of `LONG_RUN` or more path characters replaced by as many spaces (positions kept)."""
+    return _LONG_RUN.sub(lambda match: " " * len(match.group()), text) if len(text) >= LONG_RUN else text
 
 
 def line_ranges(text: str) -> list[tuple[int, int | None]]:
@@ -109,6 +119,7 @@ class ReasoningFacts:
 
         paths = path_mentions(text, root, limit=24)[-8:]  # the last named matter most
         commands, scripts, symbols, folders = [], [], [], []
+        original, text = text, blank_long_runs(text)
         quoted = [(m.start(), m.group(1)) for m in _BACKTICK.finditer(text)][-20:]  # the last ones matter most
         quoted += [(m.start(), m.group(1)) for m in _DQUOTED.finditer(text) if not _PATH.fullmatch(m.group(1))][-10:]
         for _, span in sorted(quoted):
@@ -126,5 +137,5 @@ class ReasoningFacts:
         names = {p for p, _ in paths} | {posixpath.basename(p) for p, _ in paths}
         symbols = list(dict.fromkeys(reversed(symbols)))[:4]
         folders += [norm_path(m.group(1), root) for m in _PLAIN_FOLDER.finditer(text) if "://" not in text[m.start():m.end() + 3]]
-        return cls(text, paths, line_ranges(text), commands[-4:], scripts[-3:], names, symbols,
+        return cls(original, paths, line_ranges(text), commands[-4:], scripts[-3:], names, symbols,
                    [f for f in dict.fromkeys(reversed(folders)) if f][:3])

@@ -22,7 +22,7 @@ from harness.speculation import shell
 from harness.speculation.action import (CLEANUP, EDIT, LIST, READ, SCRIPT, SEARCH, SHELL, TEST, VIEW, WRITE, WRITE_RUN,
                                         Action, changes_workspace, norm_path)
 from harness.speculation.canonical import canonical
-from harness.speculation.extract import path_mentions
+from harness.speculation.extract import blank_long_runs, path_mentions
 from harness.speculation.shellmap import command_kind
 
 _NUMBERED = re.compile(r"(?m)^\s*\d+(?:\t|: |\| |\u2192)")
@@ -167,7 +167,7 @@ class SessionState:
                 self.scratch.setdefault(path, False)  # a new file, not one of the project's
             content = action.args.get("content") if action.tool == "write_file" else action.args.get("command")
             if path.endswith(".py") and isinstance(content, str) and _WRITES_FILES.search(content) \
-                    and _PROJECT_PATH.search(content):
+                    and _PROJECT_PATH.search(blank_long_runs(content)):
                 self.modifiers.add(path)
             else:
                 self.modifiers.discard(path)
