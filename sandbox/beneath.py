@@ -47,6 +47,7 @@ class BadPath(ValueError):
 
 
 class _OpenHow(ctypes.Structure):
+    """struct open_how, as openat2 takes it."""
     _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
 
 
@@ -133,6 +134,7 @@ class _Stopped(Exception):
 
 
 def _parts(text: str) -> list[str]:
+    """The components of a path, without empty and '.' ones."""
     return [part for part in text.split("/") if part not in ("", ".")]
 
 
@@ -155,6 +157,7 @@ class _Walk:
             raise
 
     def _run(self, parts: deque[str]) -> Spot:
+        """The walk itself: one component at a time, symlinks spliced in, `..` re-walked from the root."""
         while parts:
             name = parts.popleft()
             if name in ("", "."):
@@ -226,11 +229,13 @@ class _Walk:
             raise self._escape()
 
     def _reset(self) -> None:
+        """Back to the root (an absolute symlink target starts there)."""
         os.close(self.cur)
         self.cur = os.dup(self.root_fd)
         self.stack = []
 
     def _rel(self, name: str) -> str:
+        """The root-relative spelling of `name` in the current folder."""
         return "/".join([*self.stack, name]) if name else ("/".join(self.stack) or ".")
 
     def _spot_of_cur(self) -> Spot:
@@ -244,6 +249,7 @@ class _Walk:
         return Spot(parent, name, "/".join(self.stack))
 
     def _escape(self) -> WorkspaceEscape:
+        """The refusal for this walk's path."""
         return escape_error(self.root, self.given)
 
 
@@ -424,6 +430,7 @@ def real_path(root: Path, path: str | os.PathLike[str]) -> Path:
 
 
 def _lexical(root: Path, given: str, parts: list[str]) -> Path:
+    """`parts` joined and normalised by name (past a missing folder there is nothing to resolve)."""
     rest = posixpath.normpath("/".join(parts)) if parts else "."
     if rest == ".." or rest.startswith(("../", "/")):
         raise escape_error(root, given)

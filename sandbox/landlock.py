@@ -43,10 +43,12 @@ _POLL = 0.1  # seconds between checks for a cancelled run while the child is qui
 
 
 class _RulesetAttr(ctypes.Structure):
+    """struct landlock_ruleset_attr (its first field: what the ruleset restricts)."""
     _fields_ = [("handled_access_fs", ctypes.c_uint64)]
 
 
 class _PathBeneathAttr(ctypes.Structure):
+    """struct landlock_path_beneath_attr: rights granted beneath an open path."""
     _pack_ = 1
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
@@ -61,6 +63,7 @@ class ReadRules:
 
 @functools.cache
 def _libc() -> ctypes.CDLL:
+    """libc, for `syscall` and `prctl`."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall.restype = ctypes.c_long
     return libc
@@ -80,6 +83,7 @@ def available() -> bool:
 
 
 def _check(result: int, what: str) -> int:
+    """Raise OSError for a failed system call; the result otherwise."""
     if result < 0:
         code = ctypes.get_errno()
         raise OSError(code, f"landlock {what}: {os.strerror(code)}")
@@ -149,6 +153,7 @@ async def run_readonly(argv: Sequence[str], cwd: Path, rules: ReadRules, *, time
     cancelled = threading.Event()
 
     def work() -> None:
+        """The thread's body: run, then report back to the loop."""
         try:
             result = _run(argv, cwd, rules, timeout, max_bytes, tuple(pass_fds), cancelled)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
@@ -165,6 +170,7 @@ async def run_readonly(argv: Sequence[str], cwd: Path, rules: ReadRules, *, time
 
 
 def _settle(future: asyncio.Future[ProcessResult], result: ProcessResult | None, exc: BaseException | None) -> None:
+    """Hand a thread's outcome to the awaiting future (unless it was cancelled meanwhile)."""
     if future.done():
         return
     if exc is not None:
@@ -210,6 +216,7 @@ def _run(argv: Sequence[str], cwd: Path, rules: ReadRules, timeout: float, max_b
 
 
 def _kill_group(pgid: int) -> None:
+    """SIGKILL a process group that may already be gone."""
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
@@ -225,6 +232,7 @@ class _Bounded:
         self.dropped = 0
 
     def add(self, chunk: bytes) -> None:
+        """Keep this chunk's bytes in the head, then the tail, counting what falls out between."""
         room = self.half - len(self.head)
         if room > 0:
             self.head += chunk[:room]
@@ -237,4 +245,5 @@ class _Bounded:
                 self.dropped += excess
 
     def value(self) -> bytes:
+        """The kept bytes, head then tail."""
         return bytes(self.head + self.tail)

@@ -137,12 +137,14 @@ class Deadline:
         self.end = time.monotonic() + seconds
 
     def left(self) -> float:
+        """Seconds still allowed; the timeout error once none are."""
         remaining = self.end - time.monotonic()
         if remaining <= 0:
             raise self.error()
         return remaining
 
     def error(self) -> ToolError:
+        """The error a call past its deadline ends with."""
         return ToolError(f"grep took longer than {self.seconds:g} s and was stopped; narrow the path or glob, "
                          "or simplify the pattern")
 
@@ -167,6 +169,7 @@ class Target:
     binary: bool = False
 
     def close(self) -> None:
+        """Release the held file."""
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -240,6 +243,7 @@ def _has_nul(fd: int) -> bool:
 async def _search_rg(rg: str, pattern: str, target: Target, glob: str | None, root: Path, limit: int,
                      deadline: Deadline) -> SearchResult:
     # A named file is searched through the descriptor already checked, never by its name again.
+    """The search through ripgrep, confined to the workspace where the kernel allows it."""
     held = (target.fd,) if target.fd is not None and os.path.isdir("/proc/self/fd") else ()
     searched = f"/proc/self/fd/{held[0]}" if held else target.rel
     argv = [rg, *_RG_FLAGS, "-e", pattern, *(["-g", glob] if glob else []), "--", searched]
@@ -315,6 +319,7 @@ def _rg_error(text: str, pattern: str) -> str:
 
 async def _search_python(pattern: str, target: Target, glob: str | None, root: Path, limit: int,
                          deadline: Deadline) -> SearchResult:
+    """The fallback search: Python's walk and the `regex` package, bounded by the deadline."""
     try:
         compiled = regex.compile(pattern)
     except (regex.error, RecursionError, OverflowError, ValueError) as exc:
@@ -426,6 +431,7 @@ class _Found:
 
 
 def _scan_files(root_fd: int, files: list[str], compiled: Any, limit: int, deadline: Deadline) -> SearchResult:
+    """Match every listed file, each opened without following symlinks."""
     found = _Found(limit)
     for rel in files:
         data = _read_regular(root_fd, rel)

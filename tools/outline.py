@@ -21,6 +21,7 @@ _PARSERS = threading.local()  # a parser is not shared between threads: outline 
 
 
 def _python_parser() -> Any:
+    """This thread's tree-sitter parser for Python."""
     parser = getattr(_PARSERS, "python", None)
     if parser is None:
         parser = _PARSERS.python = Parser(_python_language())
@@ -29,6 +30,7 @@ def _python_parser() -> Any:
 
 @functools.cache
 def _python_language() -> Any:
+    """The Python grammar, loaded once."""
     import tree_sitter_python
 
     return Language(tree_sitter_python.language())

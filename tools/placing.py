@@ -37,6 +37,7 @@ class Identity:
 
     @classmethod
     def of(cls, info: os.stat_result) -> Identity:
+        """The identity of a file from its status."""
         return cls(info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
 
 
@@ -128,6 +129,7 @@ def _write_in_place(spot: Spot, data: bytes, before: os.stat_result, spelling: s
 
 
 def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` from offset 0 (pwrite may write less than asked)."""
     view = memoryview(data)
     offset = 0
     while offset < len(view):
@@ -135,6 +137,7 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _unlink_quietly(spot: Spot, name: str) -> None:
+    """Remove a temporary file, if it is still there."""
     try:
         os.unlink(name, dir_fd=spot.dir_fd)
     except OSError:

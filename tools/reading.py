@@ -214,6 +214,7 @@ def _entries(top_fd: int, sub: str) -> list[Entry]:
 
 
 def _link_target(name: str, dir_fd: int) -> str:
+    """Where a symlink points, as text ('?' if it vanished meanwhile)."""
     try:
         return os.readlink(name, dir_fd=dir_fd)
     except OSError:

@@ -78,6 +78,7 @@ def deterministic_env() -> dict[str, str]:
 
 
 def _encodable(text: str) -> bool:
+    """Whether text can be passed to a process (no lone surrogates)."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
