@@ -43,6 +43,7 @@ class _Unfit(ValueError):
     """A value JSON decoding met that plain data refuses: what it is, and what to write instead."""
 
     def __init__(self, detail: str, fix: str) -> None:
+        """`detail` names the value, `fix` says what to write instead."""
         super().__init__(detail)
         self.detail, self.fix = detail, fix
 
@@ -70,6 +71,7 @@ def check_plain(value: Any, what: str) -> None:
 
 
 def _walk(value: Any, what: str) -> None:
+    """Check every value inside `value`, depth first, with a stack of our own."""
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
@@ -116,18 +118,21 @@ def json_type(value: Any) -> str:
 
 
 def _check_string(text: str) -> None:
+    """Refuse a string holding half of a surrogate pair (it cannot be written as UTF-8)."""
     if not text.isprintable() and (found := _SURROGATE.search(text)):  # printable strings hold no surrogates
         raise _Unfit(f'"{printable(found.group())}", half of a UTF-16 surrogate pair with no other half',
                      "Write the character itself, or both halves of its pair.")
 
 
 def _integer(digits: str) -> int:
+    """JSON integers, refused past the digits Python converts."""
     if len(digits.lstrip("-")) > MAX_DIGITS:
         raise _Unfit(f"a number of {len(digits)} digits ({digits[:12]}...)", "Write a smaller number.")
     return int(digits)
 
 
 def _float(text: str) -> float:
+    """JSON numbers with a fraction or exponent, refused when they overflow to infinity."""
     value = float(text)
     if not math.isfinite(value):
         raise _Unfit(f"the number {shown(text, 24)}, too large for a JSON number", "Write a smaller number.")
@@ -135,25 +140,30 @@ def _float(text: str) -> float:
 
 
 def _constant(name: str) -> float:
+    """NaN and Infinity, which Python's json accepts and JSON does not."""
     raise _Unfit(f"{name}, which JSON does not allow", "Write a finite number, or null.")
 
 
 def _refused(what: str, unfit: _Unfit) -> CallRefused:
+    """The error for the model: what holds what, and what to write instead."""
     verb = "hold" if what.endswith("arguments") else "holds"
     return CallRefused(f"{what} {verb} {unfit.detail}. {unfit.fix}")
 
 
 def _is_not_json(what: str) -> str:
+    """`is not valid JSON`, in the number `what` asks for."""
     return "are not valid JSON" if what.endswith("arguments") else "is not valid JSON"
 
 
 def _how(what: str) -> str:
+    """What a well-formed call or arguments object looks like."""
     if what.endswith("arguments"):
         return 'Write them as a JSON object, such as {"path": "src/app.py"}.'
     return 'Write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> with double-quoted keys.'
 
 
 def _too_deep(what: str) -> CallRefused:
+    """The error for nesting deeper than MAX_DEPTH."""
     verb = "nest" if what.endswith("arguments") else "nests"
     return CallRefused(f"{what} {verb} lists or objects more than {MAX_DEPTH} levels deep. Write flat arguments, "
                        'such as {"path": "src/app.py", "start_line": 10}.')

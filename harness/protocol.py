@@ -19,13 +19,14 @@ from harness.calldecode import (MAX_DEPTH, MAX_NAME, CallRefused, check_name, ch
                                 shown)
 
 __all__ = ["CLOSE", "MAX_DEPTH", "OPEN", "CallArgs", "CallDone", "CallError", "CallName", "CallParser", "CallStart",
-           "ParseEvent", "ParsedCall", "Text", "parse_native_calls", "printable", "recordable_calls",
-           "render_system_prompt", "result_message"]
+           "ParseEvent", "ParsedCall", "Text", "in_order", "parse_native_calls", "printable",
+           "recordable_calls", "render_system_prompt", "result_message", "valid_unicode"]
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 HEAD_CHARS = 4096  # characters of a call read for its name and first arguments while it streams
 _NAME = re.compile(r'\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"')
 _ARGS = re.compile(r'"arguments"\s*:\s*')
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 SYSTEM_TEMPLATE = """\
 You are Tao, a careful coding agent. You work in the repository at {root}.
@@ -119,6 +120,7 @@ class CallParser:
     """
 
     def __init__(self, id_prefix: str = "call") -> None:
+        """A parser for one answer; call ids are `<id_prefix>_<n>`."""
         self.id_prefix = id_prefix
         self.calls: list[ParsedCall] = []
         self.errors: list[CallError] = []
@@ -142,6 +144,7 @@ class CallParser:
         return self._text[0] if self._text else ""
 
     def feed(self, chunk: str) -> list[ParseEvent]:
+        """Take the next chunk of the answer; returns what became known with it."""
         self._buffer += chunk
         events: list[ParseEvent] = []
         while True:
@@ -185,15 +188,18 @@ class CallParser:
         return events
 
     def _emit_text(self, text: str, events: list[ParseEvent]) -> None:
+        """Report reasoning text outside calls."""
         if text:
             self._text.append(text)
             events.append(Text(text))
 
     def _open_call(self) -> None:
+        """An opening tag arrived: start reading a call."""
         self._in_call, self._body, self._head = True, [], ""
         self._name, self._name_end, self._named, self._args_at, self._args_reported = None, 0, False, None, 0
 
     def _add_body(self, text: str) -> None:
+        """More of the open call's text; its head is kept for progress reports."""
         if text:
             self._body.append(text)
             if len(self._head) < HEAD_CHARS:
@@ -227,6 +233,7 @@ class CallParser:
             events.append(CallArgs(self._index, self._name, partial))
 
     def _complete(self, body: str, closed: bool = True) -> ParseEvent:
+        """A call's whole text: a parsed call, or an error for the model."""
         index = self._index
         self._index += 1
         call_id = f"{self.id_prefix}_{index}"
@@ -314,6 +321,7 @@ def recordable_calls(tool_calls: Any) -> list[dict[str, Any]]:
 
 
 def _is_plain(value: Any) -> bool:
+    """Whether a value is plain JSON data (see harness.calldecode)."""
     try:
         check_plain(value, "The tool call")
     except CallRefused:
@@ -332,6 +340,27 @@ def _native_id(item: Any, index: int) -> str:
 def _raw(value: Any) -> str:
     """A bounded text of what the engine handed over, for the record (never raises, whatever it is)."""
     return reprlib.repr(value)
+
+
+def in_order(calls: list[ParsedCall], errors: list[CallError], native: bool
+             ) -> tuple[list[tuple[ParsedCall, str | None]], list[str]]:
+    """An answer's calls in the model's order, each malformed native call as a call (its id, its name) with its
+    error, since every native id needs a result; and the errors left to tell (a text call has no id)."""
+    answerable = {e.index: e for e in errors if e.call_id and native}
+    told = [e.error for e in errors if not (e.call_id and native)]
+    good = iter(calls)
+    ordered: list[tuple[ParsedCall, str | None]] = []
+    for index in range(len(calls) + len(answerable)):
+        error = answerable.get(index)
+        ordered.append((ParsedCall(error.call_id, error.name, {}), error.error) if error is not None
+                       else (next(good), None))
+    return ordered, told
+
+
+def valid_unicode(text: str) -> str:
+    """The model's text with any half of a UTF-16 surrogate pair replaced by U+FFFD: what cannot be encoded as
+    UTF-8 must not reach the prompt, the terminal or the trajectory."""
+    return text if text.isprintable() else _SURROGATE.sub("\ufffd", text)
 
 
 def render_system_prompt(tool_specs: list[dict[str, Any]], root: str, native_tools: bool = False) -> str:

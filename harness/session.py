@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -41,7 +40,6 @@ T = TypeVar("T")
 _log = logging.getLogger(__name__)
 PREFIX_CHARS = 8  # first-argument characters after which moment (c) predicts once more
 SHELL_TOOL = "bash"  # the tool whose commands the approval policy judges
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @dataclass(frozen=True)
@@ -177,7 +175,7 @@ class Session:
         self.steps += 1
         self.launch("a")
         answer = await self.query()
-        calls, told = self.in_order(answer)
+        calls, told = protocol.in_order(answer.calls, answer.errors, self.engine.native_tools)
         self._open = [call for call, _ in calls]
         if not calls and not told:
             told = [protocol.FORMAT_REMINDER]
@@ -188,20 +186,6 @@ class Session:
                 self.answer(call, Observation(error, is_error=True), 0.0)
         if told:
             self.tell("\n".join(told))
-
-    def in_order(self, answer: Answer) -> tuple[list[tuple[protocol.ParsedCall, str | None]], list[str]]:
-        """The answer's calls in the model's order, a malformed native call with its error; and the errors of
-        the rest (a text-protocol call that could not be read has no id: the model is told after the calls)."""
-        answerable = [e for e in answer.errors if e.call_id and self.engine.native_tools]
-        told = [e.error for e in answer.errors if not (e.call_id and self.engine.native_tools)]
-        native = {e.index: e for e in answerable}
-        good = iter(answer.calls)
-        calls: list[tuple[protocol.ParsedCall, str | None]] = []
-        for index in range(len(answer.calls) + len(native)):
-            error = native.get(index)
-            calls.append((protocol.ParsedCall(error.call_id, error.name, {}), error.error) if error is not None
-                         else (next(good), None))
-        return calls, told
 
     def tell(self, error: str) -> None:
         """Tell the model what was wrong with its answer's calls (a text-protocol answer has no call ids)."""
@@ -220,7 +204,7 @@ class Session:
         raw, native, usage, finish_reason = "", None, Usage(), None
         async for chunk in stream:
             if chunk.text:
-                text = _valid_unicode(chunk.text)
+                text = protocol.valid_unicode(chunk.text)
                 if not raw:
                     self.emit(LLMFirstToken(self.now(), self.steps, request.request_id))
                 raw += text
@@ -503,18 +487,13 @@ class Session:
         return await asyncio.to_thread(git_diff, self.workspace.root)
 
     async def close_tools(self) -> None:
+        """Close what the tools hold (the bash tool's shell)."""
         for tool in self.tools.values():
             close = getattr(tool, "close", None)
             if close is not None:
                 result = close()
                 if asyncio.iscoroutine(result):
                     await result
-
-
-def _valid_unicode(text: str) -> str:
-    """The model's text with any half of a UTF-16 surrogate pair replaced by U+FFFD: what cannot be encoded
-    as UTF-8 must not reach the prompt, the terminal or the trajectory."""
-    return _SURROGATE.sub("\ufffd", text) if not text.isprintable() else text
 
 
 def _wall_clock() -> str:

@@ -197,14 +197,17 @@ def _depth(value: Any) -> int:
 
 
 def _outcome(parser: protocol.CallParser) -> str:
+    """What a parse gave (text, calls, errors), as one comparable string."""
     return _json([parser.text, [(c.name, c.arguments) for c in parser.calls], [e.error for e in parser.errors]])
 
 
 def _json(value: Any) -> str:
+    """A canonical JSON spelling, to compare values (NaN and key order included)."""
     return json.dumps(value, sort_keys=True, ensure_ascii=True)
 
 
 def _short(value: Any) -> str:
+    """A value shown in at most 160 characters."""
     text = repr(value)
     return text if len(text) < 160 else text[:157] + "..."
 
@@ -267,19 +270,23 @@ class _time_limit:  # noqa: N801 - used as a context manager
     """Raise Hang in the main thread once `seconds` have passed (no limit elsewhere, or for None)."""
 
     def __init__(self, seconds: float | None) -> None:
+        """A limit of `seconds`, in the main thread only (signals go there)."""
         self.seconds = seconds if threading.current_thread() is threading.main_thread() else None
 
     def __enter__(self) -> None:
+        """Arm the timer."""
         if self.seconds:
             self.previous = signal.signal(signal.SIGALRM, self._expire)
             signal.setitimer(signal.ITIMER_REAL, self.seconds)
 
     def __exit__(self, *exc: object) -> None:
+        """Disarm the timer."""
         if self.seconds:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self.previous)
 
     def _expire(self, signum: int, frame: object) -> None:
+        """The limit passed: stop the case where it is."""
         raise Hang(f"the case ran longer than {self.seconds:g} s")
 
 

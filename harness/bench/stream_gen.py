@@ -47,6 +47,7 @@ class TextCase:
 
     @property
     def text(self) -> str:
+        """The whole answer, as the chunks put together."""
         return "".join(self.chunks)
 
 
@@ -63,6 +64,7 @@ class StreamGen:
     """Draws cases from one random generator, so that a seed and a case number reproduce a case."""
 
     def __init__(self, rng: random.Random) -> None:
+        """Draw from `rng` (seeded with the seed and the case number)."""
         self.rng = rng
 
     # -- values ----------------------------------------------------------------------------------------
@@ -83,6 +85,7 @@ class StreamGen:
         return {self.string(6): self.value(depth + 1) for _ in range(self.rng.randint(0, 3))}
 
     def arguments(self) -> dict[str, Any]:
+        """A well-formed arguments object: the tools' own keys mostly, with random values."""
         keys = ("path", "pattern", "command", "start_line", "end_line", "depth", "content", "old", "new", "glob")
         args = {self.rng.choice(keys) if self.rng.random() < 0.7 else self.string(6): self.value()
                 for _ in range(self.rng.randint(0, 4))}
@@ -95,6 +98,7 @@ class StreamGen:
         return " ".join(self.rng.choice(_SHELL_PIECES) for _ in range(self.rng.randint(1, 14)))
 
     def name(self) -> str:
+        """A tool name: one of Tao's mostly, else a printable made-up one."""
         if self.rng.random() < 0.8:
             return self.rng.choice(TOOLS)
         name = "".join(self.rng.choice("abcdefgh_-.:éZ9 ") for _ in range(self.rng.randint(1, 20)))
@@ -177,33 +181,42 @@ class StreamGen:
     # -- mutations of one call's text (tags included) ---------------------------------------------------
 
     def _spot(self, text: str) -> int:
+        """A random position in `text`."""
         return self.rng.randint(0, len(text))
 
     def _m_truncate(self, call: str) -> str:
+        """The call cut short anywhere (the stream ended)."""
         return call[:self._spot(call)]
 
     def _m_no_close(self, call: str) -> str:
+        """The closing tag missing."""
         return call.replace(CLOSE, "", 1)
 
     def _m_no_open(self, call: str) -> str:
+        """The opening tag missing: the call reads as text."""
         return call.replace(OPEN, "", 1)
 
     def _m_double_open(self, call: str) -> str:
+        """Two opening tags."""
         return OPEN + call
 
     def _m_double_close(self, call: str) -> str:
+        """Two closing tags."""
         return call + CLOSE
 
     def _m_partial_tags(self, call: str) -> str:
+        """A piece of a tag somewhere in the call."""
         tag = self.rng.choice((OPEN, CLOSE))[: self.rng.randint(1, len(CLOSE) - 1)]
         at = self._spot(call)
         return call[:at] + tag + call[at:]
 
     def _m_bad_json(self, call: str) -> str:
+        """One character replaced by JSON punctuation, or deleted."""
         at = self._spot(call)
         return call[:at] + self.rng.choice(("", "{", "}", "[", "]", '"', ",", ":", "\\", "'", "nul")) + call[at + 1:]
 
     def _deep(self) -> str:
+        """Raw JSON nested many levels (lists, objects or both), closed or left open."""
         depth = self.rng.choice(_DEPTHS)
         kind = self.rng.randrange(3)
         opened = "[" * depth if kind == 0 else '{"a":' * depth if kind == 1 else '[{"a":' * (depth // 2)
@@ -215,20 +228,25 @@ class StreamGen:
         return f'{OPEN}{{"name": "{self.rng.choice(TOOLS)}", "arguments": {value}}}{CLOSE}' if OPEN in call else call
 
     def _m_deep(self, call: str) -> str:
+        """An argument nested many levels."""
         return self._with_arguments(call, '{"path": ' + self._deep() + "}")
 
     def _m_deep_string_args(self, call: str) -> str:
+        """Deep nesting inside arguments given as a JSON string."""
         return self._with_arguments(call, json.dumps(self._deep()))
 
     def _m_huge_number(self, call: str) -> str:
+        """Numbers past what Python converts or a float holds."""
         number = self.rng.choice(("1" + "0" * self.rng.choice((4299, 4300, 5000, 50000)), "1e999", "-1e999",
                                   "1e-999", "0." + "0" * 5000 + "1", "-" + "9" * 5000, "1e308", "12345678901234567890"))
         return self._with_arguments(call, '{"start_line": ' + number + ', "path": "a.py"}')
 
     def _m_nan(self, call: str) -> str:
+        """NaN or Infinity, which JSON does not allow."""
         return self._with_arguments(call, '{"start_line": ' + self.rng.choice(("NaN", "Infinity", "-Infinity")) + "}")
 
     def _m_surrogate(self, call: str) -> str:
+        """Lone surrogates (escaped or raw) in the name, a value or a key; sometimes a valid pair."""
         bad = self.rng.choice(("\\ud800", "\\udfff", "\\ud83d\\ude00", "\ud800", "\\udc00\\ud800"))
         where = self.rng.randrange(3)
         if where == 0:
@@ -238,33 +256,41 @@ class StreamGen:
         return self._with_arguments(call, '{"k' + bad + '": 1}')
 
     def _m_control(self, call: str) -> str:
+        """Control characters, raw (invalid JSON) or escaped, in a path and a pattern."""
         char = self.rng.choice(("\x00", "\x1b", "\x07", "\x7f", "\\u0000", "\\u001b", "\\n", "\x0b"))
         return self._with_arguments(call, '{"path": "calc/' + char + 'ops.py", "pattern": "' + char + '"}')
 
     def _m_name_type(self, call: str) -> str:
+        """A name that is no string, empty, blank, or missing."""
         name = self.rng.choice(("5", "null", "[]", "{}", "true", '""', '"   "', "1e999", '["read_file"]'))
         body = '{"arguments": {}}' if self.rng.random() < 0.2 else '{"name": ' + name + ', "arguments": {}}'
         return OPEN + body + CLOSE
 
     def _m_args_type(self, call: str) -> str:
+        """Arguments of every JSON type but an object, and strings that hold JSON or not."""
         value = self.rng.choice(("[]", "[1, 2]", "null", "5", "true", '"x"', '"[1]"', '"{bad"', '""', '"  "',
                                  '"null"', '"{\\"path\\": \\"a\\"}"', "{}"))
         return self._with_arguments(call, value)
 
     def _m_top_type(self, call: str) -> str:
+        """A call body that is no object."""
         return OPEN + self.rng.choice(("[]", '"read_file"', "5", "", "  ", "null", "{}", "{", "}", "\ufeff{}")) + CLOSE
 
     def _m_close_in_string(self, call: str) -> str:
+        """A closing tag inside a string value (it ends the call there)."""
         return self._with_arguments(call, '{"content": "a</tool_call>b", "path": "x.py"}')
 
     def _m_long_name(self, call: str) -> str:
+        """A name up to 600,000 characters long."""
         name = self.rng.choice(("a", "read_file", "\\u001b")) * self.rng.choice((100, 1000, 100000))
         return f'{OPEN}{{"name": "{name}", "arguments": {{}}}}{CLOSE}'
 
     def _m_bom(self, call: str) -> str:
+        """A byte-order mark before the JSON."""
         return call.replace(OPEN, OPEN + "\ufeff", 1)
 
     def _m_name_noise(self, call: str) -> str:
+        """Control, format and surrogate characters inside a tool name, escaped or raw."""
         noise = "".join(self.rng.choice(_NAME_NOISE) for _ in range(self.rng.randint(1, 4)))
         name = self.rng.choice(TOOLS)
         at = self.rng.randint(0, len(name))
@@ -273,6 +299,7 @@ class StreamGen:
         return f'{OPEN}{{"name": {spelled}, "arguments": {{"path": "a.py"}}}}{CLOSE}'
 
     def _m_garbage(self, call: str) -> str:
+        """Random characters inserted anywhere."""
         noise = "".join(chr(self.rng.randint(0, 0x2FFF)) for _ in range(self.rng.randint(1, 40)))
         at = self._spot(call)
         return call[:at] + noise + call[at:]
@@ -300,6 +327,7 @@ class StreamGen:
         return case
 
     def _damage_native(self, item: dict[str, Any], label: int) -> Any:
+        """One kind of damage (by `label`) to a native call item."""
         function = item["function"]
         if label == 0:
             return self.rng.choice(("read_file", 5, None, [], [item], True))
