@@ -30,7 +30,7 @@ def tao_swebench(root: Path, *extra: str, scripts: Path | None = None,
             "--replay", str(scripts or root / "scripts"), "--eval-command", EVAL, "--eval-timeout", "10", *extra]
     if not wait:
         return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)  # generous: a busy machine
 
 
 def load(path: Path) -> dict:
@@ -128,11 +128,12 @@ def test_ctrl_c_keeps_finished_instances_and_a_rerun_resumes(tmp_path: Path) -> 
     out = tmp_path / "out"
     proc = tao_swebench(tmp_path, "--workers", "1", "--seconds-per-token", "0.02", "--no-speculation", wait=False)
     first = out / "instances" / IDS[0] / "result.json"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a condition to wait on, with a deadline a busy machine cannot reach
     while not first.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    _, stderr = proc.communicate(timeout=600)
+    assert first.exists(), f"the first instance never finished: {stderr}"
     assert proc.returncode == 130, stderr
     assert "rerun the same command to resume" in stderr
     done = [iid for iid in IDS if (out / "instances" / iid / "result.json").exists()]
