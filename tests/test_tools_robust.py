@@ -70,6 +70,7 @@ CRASHERS = [
     ("grep", {"pattern": "x", "glob": "\ud800"}),
     ("run_tests", {"command": "echo \ud800"}),
     ("run_tests", {"command": "echo a\x00b"}),
+    ("read_file", {1: "x", None: 2, "path": "a.py"}),  # keys no JSON object has, from a lenient parser
 ]
 
 

@@ -56,7 +56,7 @@ def validate_args(tool_name: str, parameters: dict[str, Any], args: dict[str, An
     """Raise ToolError when `args` does not fit `parameters`; return quietly when it does."""
     properties: dict[str, Any] = parameters.get("properties", {})
     problems: list[str] = []
-    unknown = sorted(key for key in args if key not in properties)
+    unknown = sorted((key for key in args if key not in properties), key=str)
     if unknown and parameters.get("additionalProperties") is False:
         problems.append(f"unknown argument{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}")
     missing = [key for key in parameters.get("required", []) if key not in args or args[key] is None]
