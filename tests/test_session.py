@@ -15,6 +15,7 @@ from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart
 from harness.session import Session, SessionConfig
 from harness.speculation.model import SHIPPED_MODEL, PatternModel
 from harness.speculation.patterns import Analyzer
+from harness.speculation.state import MAX_PARTS, SessionState
 from sandbox import Workspace
 from tests.helpers import EXAMPLES, make_calc_repo
 from tools import default_tools
@@ -317,3 +318,14 @@ async def test_fuzzed_native_answers_end_with_the_models_finish(tmp_path: Path) 
     assert end.status == "finished" and end.steps == 17
     assert read_trajectory(tmp_path / "t.jsonl")[-1].status == "finished"
     json.dumps(session.messages)  # what the next request would send
+
+
+def test_a_path_thousands_of_folders_deep_is_not_taken_in_by_the_analyzer() -> None:
+    # Each folder of such a path was checked against all the others: 10,000 levels took half a minute.
+    state = SessionState()
+    deep = "tests/" * 10_000 + "x.py"
+    state.observe(ToolCall(0.0, 1, "c1", "edit_file", {"path": deep, "old": "a", "new": "b"}, "mutating"))
+    state.observe(ToolResult(0.0, 1, "c1", "edit_file", f"edited {deep}", False, None, 0, 1, 0.0))
+    state.observe(ToolCall(0.0, 2, "c2", "read_file", {"path": "tests/test_ops.py"}, "pure"))
+    assert deep not in state.seen and "tests/test_ops.py" in state.seen
+    assert all(place.count("/") <= MAX_PARTS for place in state.test_places)

@@ -28,6 +28,7 @@ from harness.speculation.shellmap import command_kind
 _NUMBERED = re.compile(r"(?m)^\s*\d+(?:\t|: |\| |\u2192)")
 _RUNNABLE = (".py", ".sh")
 MAX_TEXT = 400_000  # characters of file text kept per file, for tree-sitter
+MAX_PARTS = 64  # folders in a path the analyzer takes in; deeper ones name no project file worth predicting
 
 
 @dataclass
@@ -233,7 +234,10 @@ class SessionState:
         self.listed.update(posixpath.dirname(entry) for entry in entries)
 
     def _see(self, paths: Iterable[str]) -> None:
+        """Take in paths named by a call or an output, with their folders (each folder once)."""
         for path in paths:
+            if path.count("/") > MAX_PARTS:
+                continue  # its folders would each be checked against all the others
             if "/" in path and not path.startswith("/"):
                 self.by_name[posixpath.basename(path)] = path
             if path not in self.seen:
