@@ -169,3 +169,13 @@ async def test_speculative_run_in_an_overlay_matches_the_real_run(tmp_path):
     real = await run_tool(RunTests(), {}, workspace)
     assert speculative == real
     assert (workspace.root / "made.txt").exists()
+
+
+async def test_a_fifo_named_makefile_does_not_hold_up_detection(tmp_path):
+    import os
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    os.mkfifo(root / "Makefile")
+    obs = await run_tool(RunTests(timeout=30), {}, Workspace(root))
+    assert obs.is_error and "no test command detected" in obs.text

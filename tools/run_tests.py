@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shlex
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,7 @@ DEFAULT_TEST_TIMEOUT = 300.0
 _PYTHON_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "pytest.ini", "tox.ini")
 _MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
 _MAKE_TEST_TARGET = re.compile(r"^test\s*:(?!=)", re.MULTILINE)
+_MAX_MAKEFILE_BYTES = 1 << 20  # read this much of a Makefile to look for a test target
 
 # Wall-clock durations in test-runner summaries, masked so two runs of the same tests read the same.
 _DURATIONS = (
@@ -59,11 +62,20 @@ def _pytest_command(root: Path) -> str:
 
 
 def _make_has_test_target(root: Path) -> bool:
+    """Whether the first Makefile make would read has a `test` target (a FIFO or device is no Makefile)."""
     for name in _MAKEFILES:
-        path = root / name
-        if path.is_file():
-            text = path.read_text(encoding="utf-8", errors="replace")
-            return _MAKE_TEST_TARGET.search(text) is not None
+        try:
+            fd = os.open(root / name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            text = os.read(fd, _MAX_MAKEFILE_BYTES).decode("utf-8", errors="replace")
+        finally:
+            os.close(fd)
+        return _MAKE_TEST_TARGET.search(text) is not None
     return False
 
 
@@ -118,7 +130,7 @@ class RunTests:
         return self.default_command or detect_test_command(workspace.root)
 
     async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
-        command = (args.get("command") or "").strip() or self.command_for(workspace)
+        command = (args.get("command") or "").strip() or await asyncio.to_thread(self.command_for, workspace)
         if command and "\0" in command:
             raise ToolError("command contains a NUL byte, which no shell command can hold; remove it")
         if command and not _encodable(command):
