@@ -87,15 +87,21 @@ async def _run_bounded(tool: Tool, name: str, args: dict[str, Any], workspace: W
     try:
         done, _ = await asyncio.wait({task}, timeout=limit)
     except asyncio.CancelledError:
-        task.cancel()
+        _abandon(task)
         raise
     if not done:
-        task.cancel()
+        _abandon(task)
         await asyncio.wait({task}, timeout=_CANCEL_PATIENCE)
         return observe(f"Error: {name} did not finish within {limit:g} s and was stopped. Ask for less at a time "
                        "(a smaller path, a simpler pattern, a narrower glob) and call it again.",
                        is_error=True, timed_out=True)
     return task.result()
+
+
+def _abandon(task: asyncio.Future[Observation]) -> None:
+    """Cancel a call nobody waits for any more; whatever it ends with is dropped, not logged as lost."""
+    task.cancel()
+    task.add_done_callback(lambda done: done.cancelled() or done.exception())
 
 
 def _where(args: dict[str, Any]) -> str:
