@@ -86,3 +86,47 @@ def test_confinement_is_unchanged(workspace: Workspace) -> None:
     (workspace.root / "out").symlink_to("/etc")
     with pytest.raises(WorkspaceEscape):
         workspace.resolve("out/passwd")
+
+
+@pytest.mark.parametrize("use_openat2", [True, False], ids=["openat2", "walk"])
+def test_lookups_beneath_the_root_agree_with_realpath(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       use_openat2: bool) -> None:
+    """Symlinks that stay inside work as realpath made them work; ones that leave are refused."""
+    from sandbox import WorkspaceEscape, beneath
+
+    monkeypatch.setattr(beneath, "USE_OPENAT2", use_openat2)
+    base = tmp_path.resolve()
+    root = base / "ws"
+    (root / "sub" / "deep").mkdir(parents=True)
+    (base / "out").mkdir()
+    (root / "a.py").write_text("A")
+    (root / "sub" / "x.py").write_text("X")
+    (base / "out" / "s.txt").write_text("S")
+    links = {"lin": "sub", "abs_in": str(root / "a.py"), "abs_out": str(base / "out"), "rel_out": "../out",
+             "back": "../ws/a.py", "sub/up": "../a.py", "loop": "loop"}
+    for name, target in links.items():
+        (root / name).symlink_to(target)
+    inside = ["a.py", "./a.py", "a.py/", "lin/x.py", "lin/../a.py", "sub/up", "abs_in", "back", str(root / "a.py"),
+              "../ws/a.py", ".", "", "sub/deep/.."]
+    for path in inside:
+        expected = os.path.realpath(root / path)
+        assert str(beneath.real_path(root, path)) == expected, path
+        fd, rel = beneath.open_beneath(root, path, os.O_RDONLY)
+        try:
+            assert os.path.samestat(os.fstat(fd), os.stat(expected)), path
+            assert str(root / rel) == expected or (rel == "." and expected == str(root)), path
+        finally:
+            os.close(fd)
+    for path in ["abs_out/s.txt", "rel_out/s.txt", "../out/s.txt", "/etc/passwd", "..", str(base / "out")]:
+        with pytest.raises(WorkspaceEscape):
+            beneath.real_path(root, path)
+        with pytest.raises(WorkspaceEscape):
+            beneath.open_beneath(root, path, os.O_RDONLY)
+    with pytest.raises(OSError):
+        beneath.open_beneath(root, "loop", os.O_RDONLY)
+    with pytest.raises(FileNotFoundError):
+        beneath.open_beneath(root, "nope/x.py", os.O_RDONLY)
+    with pytest.raises(NotADirectoryError):
+        beneath.open_beneath(root, "a.py/x", os.O_RDONLY)
+    with pytest.raises(beneath.BadPath):
+        beneath.open_beneath(root, "a\0b", os.O_RDONLY)
