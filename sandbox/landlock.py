@@ -193,26 +193,43 @@ def _run(argv: Sequence[str], cwd: Path, rules: ReadRules, timeout: float, max_b
         os.close(null)
     assert proc.stdout is not None
     kept = _Bounded(max_bytes)
-    timed_out = False
     try:
-        stream = proc.stdout.fileno()
-        while True:
-            left = start + timeout - time.monotonic()
-            if left <= 0 or cancelled.is_set():
-                timed_out = True
-                break
-            ready, _, _ = select.select([stream], [], [], min(_POLL, left))
-            if ready:
-                chunk = os.read(stream, 65536)
-                if not chunk:
-                    break
-                kept.add(chunk)
+        timed_out = not _collect(proc, kept, start + timeout, cancelled) or not _reap(proc, start + timeout, cancelled)
     finally:
-        _kill_group(proc.pid)
+        _kill_group(proc.pid)  # what is left: everything on timeout, stray background children otherwise
         proc.stdout.close()
         proc.wait()
     return ProcessResult(exit_code=None if timed_out else proc.returncode, output=kept.value(),
                          dropped_bytes=kept.dropped, timed_out=timed_out, duration=time.monotonic() - start)
+
+
+def _collect(proc: subprocess.Popen[bytes], kept: _Bounded, deadline: float, cancelled: threading.Event) -> bool:
+    """Read the child's output to its end; False if the deadline passed or the run was cancelled first."""
+    assert proc.stdout is not None
+    stream = proc.stdout.fileno()
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or cancelled.is_set():
+            return False
+        ready, _, _ = select.select([stream], [], [], min(_POLL, left))
+        if ready:
+            chunk = os.read(stream, 65536)
+            if not chunk:
+                return True
+            kept.add(chunk)
+
+
+def _reap(proc: subprocess.Popen[bytes], deadline: float, cancelled: threading.Event) -> bool:
+    """Wait for the child to exit after its output ended; False if the deadline passed or the run was cancelled."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or cancelled.is_set():
+            return False
+        try:
+            proc.wait(timeout=min(_POLL, left))
+            return True
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _kill_group(pgid: int) -> None:
