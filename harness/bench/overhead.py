@@ -65,7 +65,6 @@ class Meter:
                 meter.close += time.perf_counter() - started
 
         scheduler.close = timed_close  # type: ignore[method-assign]
-        index = session.sinks.index(scheduler.observe)
         observe = scheduler.observe
 
         def timed_observe(event: Event) -> None:
@@ -73,7 +72,7 @@ class Meter:
             observe(event)
             meter.observe += time.perf_counter() - started
 
-        session.sinks[index] = timed_observe
+        scheduler.observe = timed_observe  # type: ignore[method-assign]  # the session's sink calls it by name
         return meter
 
     @staticmethod
