@@ -204,11 +204,13 @@ async def test_a_nul_byte_in_a_path_is_an_error_the_model_reads(tmp_path: Path) 
     turns = ["I will read calc/ops.py first.\n" + FINISH.replace('"finish", "arguments": {"summary": "done"}',
                                                                  '"read_file", "arguments": {"path": "calc/\\u0000ops.py"}'),
              '<tool_call>{"name": "grep", "arguments": {"pattern": "add", "path": "calc\\u0000"}}</tool_call>',
+             '<tool_call>{"name": "run_tests", "arguments": {"command": "pytest tests\\u0000"}}</tool_call>',
+             '<tool_call>{"name": "bash", "arguments": {"command": "ls calc\\u0000"}}</tool_call>',
              FINISH]
     end, events, _ = await hostile(repo, turns, tmp_path / "t.jsonl")
     assert end.status == "finished"
     results = [e for e in events if isinstance(e, ToolResult)]
-    assert len(results) == 2 and all(r.is_error for r in results)
+    assert len(results) == 4 and all(r.is_error for r in results[:3])  # the shell itself reads up to the NUL
 
 
 async def test_a_bad_call_beside_a_good_one_is_still_answered(tmp_path: Path) -> None:
