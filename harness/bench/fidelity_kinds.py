@@ -233,7 +233,8 @@ def tree_case(rng: random.Random, cid: str) -> Case:
             f"rm -f {p} && ls", f"sed -i 's/a/b/' {p} && cat {p}", f"cp {p} copy.txt && cat copy.txt",
             f"mv {p} moved && ls", f"ln {p} hard_new && stat -c %h {p}", f"chmod 600 {p} && stat -c %a {p}",
             f"truncate -s 0 {p} && wc -c {p}", f"ls -1 {p}", f"find {p} | sort", f"rm -rf {p} && find . | sort",
-            f"test -e {p} && echo yes || echo no", f"touch {p}/new && ls {p}"))})
+            f"test -e {p} && echo yes || echo no", f"touch {p}/new && ls {p}",
+            f"chmod {rng.choice(('700', '750'))} . && stat -c %a .", "chmod 711 d1 2>&1; stat -c %a d1 2>&1"))})
     steps = history(rng, tree, rng.randint(0, 2))
     return case(cid, "tree", label, tree, with_repeat(rng, steps, call, 0.15), call, rng=rng)
 
