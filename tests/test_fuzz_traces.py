@@ -19,6 +19,7 @@ from harness.speculation.past import past_sessions
 from harness.traces import ImportReport, load_sessions
 
 DEEP = "[" * 100_000 + "]" * 100_000
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"  # real trajectories, read in place
 
 
 def bad_files() -> dict[str, str]:
@@ -59,6 +60,14 @@ def test_fuzzed_trajectory_files_never_crash_tao(capsys: pytest.CaptureFixture[s
     assert result["unreported"] == 0 and result["folder_mismatches"] == 0
     assert result["files"] == 150 and result["imported"] > 10 and result["skipped"] > 10
     assert code == 0
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"shared trajectories not found at {SHARED}")
+def test_fuzzed_real_trajectories_never_crash_tao() -> None:
+    result = fuzz_traces.run(files=60, seed=7, source=SHARED)
+    assert result["config"]["seeds"] > len(builtin_seeds())  # real files of other agents among the seeds
+    assert result["crashes"] == 0, json.dumps(result["examples"], indent=1)
+    assert result["unreported"] == 0 and result["folder_mismatches"] == 0
 
 
 def test_one_bad_file_never_stops_a_folder(tmp_path: Path) -> None:
