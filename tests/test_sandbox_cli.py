@@ -78,3 +78,16 @@ def test_bench_prints_json_and_table(capsys: pytest.CaptureFixture[str]) -> None
     assert {r["backend"] for r in report["results"]} <= {"overlayfs", "copy"}
     assert {r["watch"] for r in report["refresh"]} == {"inotify", "stat"}
     assert "files" in captured.err
+
+
+def test_run_reports_taints_in_json_and_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = make_repo(tmp_path / "ws")
+    name = f"/tmp/tao-cli-taint-{tmp_path.name}"
+    assert invoke("sandbox", "run", "--json", "--repo", str(root), "--", "sh", "-c", f"echo x > {name}") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert any(name in t for t in report["taints"]), report
+    assert invoke("sandbox", "run", "--repo", str(root), "--", "sh", "-c", f"echo x > {name}") == 0
+    assert f"tainted: wrote outside the workspace: {name}" in capsys.readouterr().err
+    assert invoke("sandbox", "run", "--repo", str(root), "--", "true") == 0
+    assert "not tainted" in capsys.readouterr().err
+    assert not Path(name).exists()

@@ -5,6 +5,7 @@ outside the workspace is ever written by these tests, even when an attack succee
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import stat
 import sys
@@ -13,10 +14,14 @@ from pathlib import Path
 import pytest
 
 from sandbox import Overlay, Workspace
+from sandbox import probe
 from sandbox.probe import detect
 from tests.test_sandbox_support import make_repo, state_base, tree_state  # noqa: F401
 
-MODES = ("auto", "user")
+# "auto" and "user" as the probe finds them; "caps" and "readonly": the fallbacks of a machine where the
+# command gets no user namespace, or / no overlay (forced here by editing what the probe found).
+MODES = ("auto", "user", "caps", "readonly")
+FORCED = {"caps": {"inner": "caps"}, "readonly": {"world": "readonly"}}
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -27,10 +32,13 @@ async def setup(request: pytest.FixtureRequest, tmp_path: Path, state_base: Path
     """A fresh repo and the namespace mode under test (a kernel overlay needed: it is what runs as root)."""
     if os.geteuid() != 0:
         pytest.skip("these attacks are about a sandbox started by root")
-    monkeypatch.setenv("TAO_SANDBOX_NAMESPACES", request.param)
+    mode = "user" if request.param == "user" else "auto"
+    monkeypatch.setenv("TAO_SANDBOX_NAMESPACES", mode)
     caps = await detect(state_base)
     if caps.overlay_options is None:
-        pytest.skip(f"no kernel overlayfs in mode {request.param}: {caps.notes.get('overlayfs')}")
+        pytest.skip(f"no kernel overlayfs in mode {mode}: {caps.notes.get('overlayfs')}")
+    if request.param in FORCED:
+        monkeypatch.setitem(probe._cache, (state_base, mode), dataclasses.replace(caps, **FORCED[request.param]))
     return Workspace(make_repo(tmp_path / "ws")), state_base
 
 

@@ -3,6 +3,7 @@ that saw the same world is not. Worlds compared: /tmp, $HOME, the network, memor
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import Limits, Overlay, Workspace
+from sandbox import probe
 from sandbox.probe import detect
 from tests.test_sandbox_support import make_repo, state_base, tree_state  # noqa: F401
 
@@ -181,3 +183,36 @@ async def test_the_copy_backend_without_namespaces_is_always_tainted(tmp_path: P
     async with Overlay(workspace, state_dir=state_base) as overlay:
         await overlay.run(["true"])
         assert any("cannot isolate" in t for t in overlay.taints()), overlay.taints()
+
+
+async def test_without_an_overlay_of_root_every_run_is_tainted(workspace: Workspace, state_base: Path,  # noqa: F811
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fallback where / cannot be overlaid: the rest is read-only, /tmp private, and no run is trusted."""
+    monkeypatch.setenv("TAO_SANDBOX_NAMESPACES", "auto")
+    caps = await detect(state_base)
+    monkeypatch.setitem(probe._cache, (state_base, "auto"), dataclasses.replace(caps, world="readonly"))
+    target = Path.home() / ".cache" / f"tao-taint-{uuid.uuid4().hex}"
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run(["sh", "-c", f"echo x > /tmp/t && cat /tmp/t && echo y > {target}"])
+        assert result.text.startswith("x\n") and result.exit_code != 0  # /tmp private, the rest read-only
+        taints = overlay.taints()
+    assert any("no overlay of /" in t for t in taints) and any("/tmp/t" in t for t in taints), taints
+    assert not target.exists()
+
+
+async def test_with_capabilities_cut_instead_of_a_user_namespace_root_still_writes(
+        workspace: Workspace, state_base: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    """The fallback without a user namespace for the command: real root keeps only its file powers."""
+    if os.geteuid() != 0:
+        pytest.skip("the capability fallback is for real root")
+    monkeypatch.setenv("TAO_SANDBOX_NAMESPACES", "auto")
+    caps = await detect(state_base)
+    monkeypatch.setitem(probe._cache, (state_base, "auto"), dataclasses.replace(caps, inner="caps"))
+    (workspace.root / "locked.txt").write_text("root may write this\n")
+    (workspace.root / "locked.txt").chmod(0o444)
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run(["sh", "-c", "echo more >> locked.txt && grep Cap /proc/self/status"])
+        assert result.exit_code == 0, result.text
+        bounding = int(next(line for line in result.text.splitlines() if line.startswith("CapBnd")).split()[1], 16)
+        assert overlay.taints() == []
+    assert bounding == sum(1 << cap for cap in (0, 1, 3, 4, 5, 6, 7, 10))

@@ -114,7 +114,7 @@ class World:
         self.devices(world["shm"])
         self.proc()
         self.sys()
-        self.workspace(fds)
+        self.workspace(fds, private)
         for skeleton in self.skeletons:
             make_readonly(skeleton, "world:skeleton")
         os.chdir(self.root)
@@ -247,10 +247,13 @@ class World:
         elif err:
             raise StepFailed("sys", err, target)
 
-    def workspace(self, fds: dict[str, str]) -> None:
-        """The backend's mounts (the workspace overlay or view) at their paths in the new root."""
+    def workspace(self, fds: dict[str, str], private: list[str]) -> None:
+        """The backend's mounts (the workspace overlay or view) at their paths in the new root; a mount point
+        under a private tmpfs (a workspace in /tmp, in "readonly" mode) is made there."""
         for m in self.spec["mounts"]:
             target, kind = self.root + m["target"], m["type"]
+            if not os.path.isdir(target) and any(under(m["target"], p) for p in private):
+                os.makedirs(target)
             if not os.path.isdir(target):
                 raise StepFailed(f"mount:{m['target']}", errno.ENOENT, "the mount point does not exist")
             if kind == "bind":
