@@ -110,10 +110,12 @@ async def judge(case: Case, places: Places, keep: Path | None = None) -> Verdict
     on = await run_world(case, places, True, scratch / "on" if scratch else None)
     verdict = Verdict(case, on.served.get("real"), sum(1 for cid in on.served if cid != "real"),
                       escapes=on.escapes)
-    verdict.crashes = [f"{name} world, {world.crash}" for name, world in (("off", off), ("on", on)) if world.crash]
-    verdict.warnings = [f"{name} world: {line}" for name, world in (("off", off), ("on", on)) for line in world.warnings]
-    verdict.crashes += [f"on world, {error}" for error in on.spec_errors]  # the scheduler hides them: the
-    #   call then runs for real, but nothing of that kind is ever promoted, so nothing of it is compared
+    worlds = (("off", off), ("on", on))
+    verdict.crashes = [f"{name} world, {world.crash}" for name, world in worlds if world.crash]
+    verdict.warnings = [f"{name} world: {line}" for name, world in worlds for line in world.warnings]
+    # A failed speculative run is hidden by the scheduler (the call runs for real), but then nothing of that
+    # kind is ever promoted, so nothing of it is compared: it counts as a crash.
+    verdict.crashes += [f"on world, {error}" for error in on.spec_errors]
     if not (off.crash or on.crash) and (mismatch := compare(case, on, off)):
         again = await run_world(case, places, False)
         if again.crash or compare(case, again, off):
@@ -177,7 +179,10 @@ async def run_cases(cases: list[Case], base: Path, keep: Path | None = None,
                 print(f"fidelity: {index + 1}/{len(cases)} cases, {bad} failing", file=sys.stderr, flush=True)
     finally:
         for name, value in saved.items():
-            os.environ.pop(name, None) if value is None else os.environ.__setitem__(name, value)
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         server.shutdown()
         server.server_close()
         clear(places)
