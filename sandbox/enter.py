@@ -90,13 +90,12 @@ def apply_limits(spec: dict) -> None:
             resource.setrlimit(getattr(resource, name), (soft, hard))
         if spec.get("nice"):
             os.nice(spec["nice"])
-            nice_autogroup(spec["nice"])
     except (OSError, ValueError) as exc:
         raise StepFailed("limits", getattr(exc, "errno", 0) or errno.EINVAL, str(exc)) from None
 
 
 def nice_autogroup(nice: int) -> None:
-    """Lower the CPU weight of this session's autogroup too (best effort).
+    """Lower the CPU weight of this session's autogroup (the run's session) too (best effort).
 
     With sched_autogroup on, every new session is its own scheduling group at equal weight, so a
     process's own nice only ranks it inside that group: without this, a niced speculative run takes
@@ -133,7 +132,7 @@ def become_command(spec: dict, argv: list[str], ready: int, go: int) -> None:
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; a plain subprocess restores them
         signal.signal(sig, signal.SIG_DFL)
     if spec.get("mountns"):
-        guard.install_filter(guard.machine())
+        guard.install_filter(guard.machine(), unix_sockets=not spec.get("bound_views"))
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
@@ -209,6 +208,7 @@ def supervise(spec: dict, argv: list[str], fds: dict[str, str], out: int) -> Non
     world = World(spec) if spec.get("world") else None
     if world is not None:
         world.build(fds)
+        spec = {**spec, "bound_views": world.bound_views}  # read-only binds of real data: no AF_UNIX for the command
     for fd_path in fds.values():
         os.close(int(fd_path.rsplit("/", 1)[1]))
     child, netns = start_command(spec, argv, out)
@@ -234,6 +234,8 @@ def stage(spec: dict, argv: list[str]) -> None:
         os.set_inheritable(out, False)  # the stage's to write; never the command's
     if spec.get("ppid") and os.getppid() != spec["ppid"]:
         report("setup", "pdeathsig", errno.ESRCH, "the process that started the sandbox has exited", SETUP_FAILED)
+    if spec.get("nice"):
+        nice_autogroup(spec["nice"])  # here, with the caller's capabilities: a user namespace is rate-limited
     if not spec.get("mountns"):
         apply_limits(spec)  # no namespaces at all: the copy backends' view, at its own path
         os.chdir(spec["cwd"])

@@ -82,3 +82,17 @@ async def test_a_deep_leftover_is_swept_and_does_not_block_new_overlays(tmp_path
     workspace = Workspace(make_repo(tmp_path / "ws"))
     async with Overlay(workspace, state_dir=base) as overlay:
         assert (await overlay.run(["true"])).exit_code == 0
+
+
+async def test_deep_writes_outside_the_workspace_are_counted(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+    workspace = Workspace(make_repo(tmp_path / "ws"))
+    top = f"/tmp/tao-deep-{tmp_path.name}"
+    script = f"import os\nos.mkdir({top!r}); os.chdir({top!r})\n" + NEST.split("\n", 1)[1]
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        if not overlay.same_path:
+            pytest.skip("no mount namespace here: writes outside the workspace would be real")
+        result = await overlay.run(["python3", "-c", script])
+        assert result.exit_code == 0, result.text
+        taints = overlay.taints()
+    assert any(f"wrote outside the workspace: {top}" in t and f"({DEPTH + 2} paths)" in t for t in taints), taints
+    assert not Path(top).exists()

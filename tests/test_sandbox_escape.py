@@ -7,8 +7,10 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import socket
 import stat
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -267,3 +269,43 @@ async def test_foreign_socket_families_and_key_syscalls_are_refused(setup: tuple
         result = await overlay.run([sys.executable, "-c", script])
     assert "VSOCK socket made" not in result.text, result.text
     assert "keyctl -1 Operation not permitted" in result.text, result.text
+
+
+async def test_a_unix_socket_of_the_host_cannot_be_reached(setup: tuple[Workspace, Path], tmp_path: Path) -> None:
+    """A daemon's socket (docker's, a database's) is a file in the real tree: connecting through the layers
+    is refused, and the refusal taints the run when it shows."""
+    workspace, base = setup
+    place = Path.home() / ".cache" / f"tao-sock-{os.getpid()}-{tmp_path.name[-12:]}"  # not under a private /tmp
+    place.mkdir(parents=True)
+    path = place / "host.sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    server.listen()
+    server.settimeout(0.2)
+    reached: list[bool] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                server.accept()[0].close()
+                reached.append(True)
+            except (TimeoutError, OSError):
+                continue
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    script = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\n"
+              f"try:\n    s.connect({str(path)!r}); print('CONNECTED')\nexcept OSError as e:\n    print(e)\n")
+    try:
+        async with Overlay(workspace, state_dir=base) as overlay:
+            result = await overlay.run([sys.executable, "-c", script])
+            taints = overlay.taints()
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+        server.close()
+        path.unlink(missing_ok=True)
+        place.rmdir()
+    assert "CONNECTED" not in result.text and not reached, result.text
+    assert taints, result.text

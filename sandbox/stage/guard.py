@@ -4,7 +4,9 @@ namespace can be made) a bounding set cut down to the file powers a root test ru
 The filter returns EPERM for the system calls that reach past the sandbox: file handles (the
 open_by_handle_at escape), every mount call old and new, module and kexec loading, bpf, the kernel
 keyring, swap, reboot, the clocks, accounting, quotas and port I/O; and for sockets of AF_VSOCK, the
-one address family here that no network namespace confines. Syscalls of a foreign ABI (x32 and i386 on
+one address family here that no network namespace confines. Where some of the real tree is only bound
+read-only (no overlay over it), AF_UNIX sockets are refused too: a daemon's socket there (docker's, a
+database's) would answer a bind-mounted path, while through an overlay it refuses. Syscalls of a foreign ABI (x32 and i386 on
 x86_64, arm32 on aarch64) get EPERM whatever they are, so no second table can bypass the first.
 """
 
@@ -44,7 +46,7 @@ NUMBERS = {
 }
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 X32_SYSCALL_BIT = 0x40000000
-AF_VSOCK = 40
+AF_UNIX, AF_VSOCK = 1, 40
 # File powers a root test run uses; everything else leaves the bounding set in the no-user-namespace mode.
 CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_KILL, CAP_SETGID, CAP_SETUID = 0, 1, 3, 4, 5, 6, 7
 CAP_NET_BIND_SERVICE = 10
@@ -59,7 +61,7 @@ SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
 NR_OFFSET, ARCH_OFFSET, ARG0_OFFSET = 0, 4, 16  # offsets in struct seccomp_data (arg0's low word, little-endian)
 
 
-def program(machine: str) -> list[tuple[int, int, int, int]]:
+def program(machine: str, *, unix_sockets: bool = True) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions for `machine`; its last instruction denies with EPERM."""
     table = NUMBERS.get(machine)
     if table is None:
@@ -70,8 +72,9 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     if machine == "x86_64":
         steps.append(("deny-if", "ge", X32_SYSCALL_BIT))
     steps.extend(("deny-if", "eq", table[name]) for name in DENIED if name in table)
-    steps += [("op", JEQ_K, 0, 2, table["socket"]),  # not socket(): skip to the allow below
-              ("op", LD_W_ABS, 0, 0, ARG0_OFFSET), ("deny-if", "eq", AF_VSOCK),
+    families = [AF_VSOCK] if unix_sockets else [AF_VSOCK, AF_UNIX]
+    steps += [("op", JEQ_K, 0, 1 + len(families), table["socket"]),  # not socket(): skip to the allow below
+              ("op", LD_W_ABS, 0, 0, ARG0_OFFSET), *(("deny-if", "eq", family) for family in families),
               ("op", RET_K, 0, 0, RET_ALLOW), ("op", RET_K, 0, 0, RET_ERRNO | errno.EPERM)]
     deny = len(steps) - 1
     code: list[tuple[int, int, int, int]] = []
@@ -85,9 +88,9 @@ def program(machine: str) -> list[tuple[int, int, int, int]]:
     return code
 
 
-def install_filter(machine: str) -> None:
+def install_filter(machine: str, *, unix_sockets: bool = True) -> None:
     """no_new_privs, then the seccomp filter, for this process and everything it execs."""
-    code = program(machine)
+    code = program(machine, unix_sockets=unix_sockets)
     raw = b"".join(struct.pack("HBBI", *ins) for ins in code)
     filters = ctypes.create_string_buffer(raw, len(raw))
     fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxQ", len(code), ctypes.addressof(filters)), 16)

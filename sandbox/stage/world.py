@@ -4,8 +4,10 @@ Before the command starts, pid 1 of the sandbox (as real root, or as root of the
 mounts a size-limited tmpfs on `<state>/world` and builds the new root in it:
 
     /                 overlay, lowerdir=/ and its upper and work dirs on the tmpfs
-    other mounts      a real, writable file system: its own overlay with an upper on the same tmpfs;
-                      a read-only or pseudo file system: a read-only bind
+    other mounts      a real file system: its own overlay with an upper on the same tmpfs (where a user
+                      namespace refuses an overlay of a directory with mounts inside, a read-only
+                      skeleton of it with overlays of its subdirectories); a pseudo file system:
+                      a read-only bind
     /dev              a minimal tmpfs: null zero full random urandom tty bound from the host, a new
                       devpts with ptmx, a fresh tmpfs on /dev/shm, the fd links; no block device
     /proc             a fresh proc; sys, sysrq-trigger, irq, bus and fs read-only; kcore, keys and the
@@ -92,6 +94,7 @@ class World:
         self.top_fd = -1
         self.skeletons: list[str] = []  # tmpfs rebuilt from real directories, made read-only once built
         self.made = 0  # layers made on the tmpfs so far
+        self.bound_views = spec["world"]["mode"] != "overlay"  # real data bound, not overlaid (sockets answer)
 
     # -- building ---------------------------------------------------------------------------------
 
@@ -124,13 +127,14 @@ class World:
         self.fresh = [(path, os.open(path, os.O_RDONLY | os.O_DIRECTORY)) for path in ["/dev/shm", *private]]
 
     def layered(self, mounts: list[tuple[str, str, bool, bool]]) -> None:
-        """Every visible real mount: writable file systems as overlays, the rest as read-only binds."""
+        """Every visible real mount: file systems as overlays (a write taints even where the real one is
+        read-only), pseudo file systems as read-only binds."""
         skip = [m["target"] for m in self.spec["mounts"]] + [self.top, *SPECIAL]
         points = {point for point, _, _, _ in mounts if point != "/"}
-        for point, fstype, readonly, visible in mounts:
+        for point, fstype, _readonly, visible in mounts:
             if not visible or (point != "/" and any(under(point, s) for s in skip)):
                 continue
-            if not readonly and fstype not in PSEUDO and os.path.isdir(point):
+            if fstype not in PSEUDO and os.path.isdir(point):  # read-only ones too: a socket there must not answer
                 if not self.overlay(point):
                     self.split(point, points)
             else:
@@ -177,6 +181,7 @@ class World:
                         todo.append(real)
                     elif not self.overlay(real):
                         self.gaps.append(f"{real} is read-only in the sandbox (no overlay would mount on it)")
+                        self.bound_views = True
                         self.bind(real)
                 elif entry.is_file(follow_symlinks=False):
                     os.close(os.open(target, os.O_WRONLY | os.O_CREAT, 0o644))
@@ -243,7 +248,7 @@ class World:
         err = mount_setattr(target, attrs, recursive=True)
         if err == errno.ENOSYS:
             unmount(target, MNT_DETACH, "sys")
-            self.bind("/sys", readonly=True)
+            self.bind("/sys")
         elif err:
             raise StepFailed("sys", err, target)
 
