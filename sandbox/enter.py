@@ -34,15 +34,17 @@ import sys
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 
+import _socket  # noqa: E402
+
 from stage import guard, network  # noqa: E402
 from stage.calls import (CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, MS_PRIVATE, MS_REC,  # noqa: E402
                          PR_SET_DUMPABLE, PR_SET_PDEATHSIG, StepFailed, mount, prctl, unshare, write_file)
+from stage.supervise import end_the_rest, receive_listener, send_listener, watch  # noqa: E402
 from stage.world import World  # noqa: E402
 
 MARKER = b"\0tao-sandbox "
 SETUP_FAILED = 125
 FULL_RANGE = 4294967295
-LIMIT_SIGNALS = (signal.SIGXCPU, signal.SIGXFSZ, signal.SIGKILL)
 
 
 def report(kind: str, step: str, err: int, detail: str, code: int) -> None:
@@ -108,7 +110,7 @@ def nice_autogroup(nice: int) -> None:
         pass  # no autogroups on this kernel, or not allowed: the process nice still applies
 
 
-def become_command(spec: dict, argv: list[str], ready: int, go: int) -> None:
+def become_command(spec: dict, argv: list[str], ready: int, go: int, channel: int) -> None:
     """The command's process: its own user and network namespaces, limits, the filter, exec."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "pdeathsig")
     prctl(PR_SET_DUMPABLE, 1, "dumpable")  # pid 1 (non-dumpable) must reach our /proc files; exec resets it anyway
@@ -131,58 +133,33 @@ def become_command(spec: dict, argv: list[str], ready: int, go: int) -> None:
         raise StepFailed("chdir", exc.errno or 0, spec["cwd"]) from None
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; a plain subprocess restores them
         signal.signal(sig, signal.SIG_DFL)
-    if spec.get("mountns"):
-        guard.install_filter(guard.machine(), unix_sockets=not spec.get("bound_views"))
+    listener = guard.install_filter(guard.machine(), unix_sockets=not spec.get("bound_views"))
+    send_listener(channel, listener)  # refused calls go to pid 1 from here on
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
         report("exec", "exec", exc.errno or 0, argv[0], 127 if exc.errno == errno.ENOENT else 126)
 
 
-def reap(until: int, seen: list[int]) -> int:
-    """Reap children (pid 1 adopts orphans) until `until` exits; return its wait status. Limit signals that
-    killed any of them are added to `seen`."""
-    while True:
-        try:
-            child, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            return 0
-        if os.WIFSIGNALED(status) and os.WTERMSIG(status) in LIMIT_SIGNALS:
-            seen.append(os.WTERMSIG(status))
-        if child == until:
-            return status
-
-
-def end_the_rest() -> None:
-    """Kill and reap whatever the command left in the pid namespace (only ever as its pid 1)."""
-    if os.getpid() != 1:
-        return
-    try:
-        os.kill(-1, signal.SIGKILL)
-    except OSError:
-        pass
-    while True:
-        try:
-            os.waitpid(-1, 0)
-        except ChildProcessError:
-            return
-
-
-def start_command(spec: dict, argv: list[str], keep: int) -> tuple[int, int | None]:
-    """Fork the command, map its user namespace and hold its network namespace; (pid, netns fd or None)."""
+def start_command(spec: dict, argv: list[str], keep: int) -> tuple[int, int | None, int | None]:
+    """Fork the command, map its user namespace, hold its network namespace, receive its filter's listener:
+    (pid, netns fd or None, listener or None)."""
     ready_r, ready_w = os.pipe()
     go_r, go_w = os.pipe()
+    mine, theirs = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
     child = os.fork()
     if child == 0:
         for fd in (ready_r, go_w, keep):
             os.close(fd)
+        mine.close()
         try:
-            become_command(spec, argv, ready_w, go_r)
+            become_command(spec, argv, ready_w, go_r, theirs.detach())
         except StepFailed as exc:
             report("setup", exc.step, exc.err, exc.detail, SETUP_FAILED)
         os._exit(SETUP_FAILED)
     os.close(ready_w)
     os.close(go_r)
+    theirs.close()
     netns = None
     try:
         if os.read(ready_r, 1) == b"u":
@@ -197,7 +174,7 @@ def start_command(spec: dict, argv: list[str], keep: int) -> tuple[int, int | No
     finally:
         os.close(ready_r)
         os.close(go_w)
-    return child, netns
+    return child, netns, receive_listener(mine.detach())
 
 
 def supervise(spec: dict, argv: list[str], fds: dict[str, str], out: int) -> None:
@@ -211,12 +188,12 @@ def supervise(spec: dict, argv: list[str], fds: dict[str, str], out: int) -> Non
         spec = {**spec, "bound_views": world.bound_views}  # read-only binds of real data: no AF_UNIX for the command
     for fd_path in fds.values():
         os.close(int(fd_path.rsplit("/", 1)[1]))
-    child, netns = start_command(spec, argv, out)
-    seen: list[int] = []
-    status = reap(child, seen)
+    child, netns, listener = start_command(spec, argv, out)
+    status, seen, refused = watch(child, listener, guard.machine())
     end_the_rest()
     facts: dict = {"status": status, "signals": sorted(set(seen)), "pid1": os.getpid() == 1,
-                   "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss}
+                   "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "refused": refused,
+                   "refusals_seen": listener is not None}
     if world is not None:
         facts["writes"], facts["writes_total"] = world.writes()
         facts["gaps"] = world.gaps

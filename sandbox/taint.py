@@ -69,6 +69,12 @@ def of_facts(facts: Mapping[str, Any], limits: Limits) -> list[str]:
     if limits.memory_bytes and peak >= MEMORY_NEAR * limits.memory_bytes:
         out.append(f"used {peak >> 20} MiB of memory at its peak, near the sandbox's limit of "
                    f"{limits.memory_bytes >> 20} MiB (a real run has none)")
+    refused = facts.get("refused") or {}
+    if refused:
+        calls = ", ".join(f"{name} ({count})" if count > 1 else name for name, count in sorted(refused.items()))
+        out.append(f"the sandbox refused system calls a real run would have made: {calls}")
+    elif facts.get("refusals_seen") is False:
+        out.append("this kernel cannot show the sandbox's refused system calls, so a refusal would go unseen")
     if not facts.get("pid1", True):
         out.append("no pid namespace: processes the run left behind were not seen")
     out += [f"the sandbox's view differs: {gap}" for gap in facts.get("gaps") or ()]

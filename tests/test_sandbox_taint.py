@@ -216,3 +216,15 @@ async def test_with_capabilities_cut_instead_of_a_user_namespace_root_still_writ
         bounding = int(next(line for line in result.text.splitlines() if line.startswith("CapBnd")).split()[1], 16)
         assert overlay.taints() == []
     assert bounding == sum(1 << cap for cap in (0, 1, 3, 4, 5, 6, 7, 10))
+
+
+async def test_a_silently_refused_system_call_taints_the_run(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    """A call the sandbox refuses (a real run as root may make it) taints the run even when nothing is printed."""
+    script = ("import ctypes, os, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+              "buf = ctypes.create_string_buffer(136); buf[0:4] = (128).to_bytes(4, sys.byteorder)\n"
+              "mid = ctypes.c_int()\nsys.exit(0 if libc.name_to_handle_at(-100, b'/', buf, ctypes.byref(mid), 0) == 0 else 5)\n")
+    async with Overlay(workspace, state_dir=state_base) as overlay:
+        result = await overlay.run([sys.executable, "-c", script])
+        assert result.text == ""
+        taints = overlay.taints()
+    assert any("refused system calls" in t and "name_to_handle_at" in t for t in taints), (result.exit_code, taints)

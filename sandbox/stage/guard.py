@@ -8,12 +8,17 @@ one address family here that no network namespace confines. Where some of the re
 read-only (no overlay over it), AF_UNIX sockets are refused too: a daemon's socket there (docker's, a
 database's) would answer a bind-mounted path, while through an overlay it refuses. Syscalls of a foreign ABI (x32 and i386 on
 x86_64, arm32 on aarch64) get EPERM whatever they are, so no second table can bypass the first.
+
+A real run would have made those calls, so a refusal is a difference: where the kernel allows it, the
+filter hands each refused call to the sandbox's pid 1 (a user notification), which answers EPERM and
+counts it (`answer`), and the run is tainted for it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import struct
 
@@ -47,6 +52,7 @@ NUMBERS = {
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 X32_SYSCALL_BIT = 0x40000000
 AF_UNIX, AF_VSOCK = 1, 40
+FAMILY_NAMES = {AF_UNIX: "AF_UNIX", AF_VSOCK: "AF_VSOCK"}
 # File powers a root test run uses; everything else leaves the bounding set in the no-user-namespace mode.
 CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_KILL, CAP_SETGID, CAP_SETUID = 0, 1, 3, 4, 5, 6, 7
 CAP_NET_BIND_SERVICE = 10
@@ -55,14 +61,16 @@ FILE_POWERS = (CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER, CAP_FSETID, CAP_KILL, CA
 
 # classic BPF opcodes and seccomp return values
 LD_W_ABS, JEQ_K, JGE_K, RET_K = 0x20, 0x15, 0x35, 0x06
-RET_ALLOW, RET_ERRNO = 0x7FFF0000, 0x00050000
-SECCOMP_SET_MODE_FILTER = 1
+RET_ALLOW, RET_ERRNO, RET_USER_NOTIF = 0x7FFF0000, 0x00050000, 0x7FC00000
+SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER = 1, 1 << 3
+NOTIF_RECV, NOTIF_SEND = 0xC0502100, 0xC0182101  # _IOWR('!', 0, seccomp_notif), _IOWR('!', 1, seccomp_notif_resp)
 SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
 NR_OFFSET, ARCH_OFFSET, ARG0_OFFSET = 0, 4, 16  # offsets in struct seccomp_data (arg0's low word, little-endian)
 
 
-def program(machine: str, *, unix_sockets: bool = True) -> list[tuple[int, int, int, int]]:
-    """The filter as (code, jt, jf, k) instructions for `machine`; its last instruction denies with EPERM."""
+def program(machine: str, *, unix_sockets: bool = True, notify: bool = False) -> list[tuple[int, int, int, int]]:
+    """The filter as (code, jt, jf, k) instructions for `machine`; its last instruction denies: EPERM, or
+    with `notify` a user notification for pid 1 to answer (and count)."""
     table = NUMBERS.get(machine)
     if table is None:
         raise StepFailed("seccomp", errno.ENOSYS, f"no system call table for {machine}; only x86_64 and aarch64")
@@ -75,7 +83,7 @@ def program(machine: str, *, unix_sockets: bool = True) -> list[tuple[int, int, 
     families = [AF_VSOCK] if unix_sockets else [AF_VSOCK, AF_UNIX]
     steps += [("op", JEQ_K, 0, 1 + len(families), table["socket"]),  # not socket(): skip to the allow below
               ("op", LD_W_ABS, 0, 0, ARG0_OFFSET), *(("deny-if", "eq", family) for family in families),
-              ("op", RET_K, 0, 0, RET_ALLOW), ("op", RET_K, 0, 0, RET_ERRNO | errno.EPERM)]
+              ("op", RET_K, 0, 0, RET_ALLOW), ("op", RET_K, 0, 0, RET_USER_NOTIF if notify else RET_ERRNO | errno.EPERM)]
     deny = len(steps) - 1
     code: list[tuple[int, int, int, int]] = []
     for at, step in enumerate(steps):
@@ -88,14 +96,49 @@ def program(machine: str, *, unix_sockets: bool = True) -> list[tuple[int, int, 
     return code
 
 
-def install_filter(machine: str, *, unix_sockets: bool = True) -> None:
-    """no_new_privs, then the seccomp filter, for this process and everything it execs."""
-    code = program(machine, unix_sockets=unix_sockets)
-    raw = b"".join(struct.pack("HBBI", *ins) for ins in code)
-    filters = ctypes.create_string_buffer(raw, len(raw))
-    fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxQ", len(code), ctypes.addressof(filters)), 16)
+def install_filter(machine: str, *, unix_sockets: bool = True) -> int:
+    """no_new_privs, then the seccomp filter, for this process and everything it execs. Returns the
+    listener of refused calls (close-on-exec), or -1 on a kernel without user notifications (before 5.0):
+    then the filter answers EPERM itself and refusals go unseen."""
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "seccomp", "no_new_privs")
-    check(libc.syscall(SYS_SECCOMP[machine], SECCOMP_SET_MODE_FILTER, 0, fprog), "seccomp")
+    for notify in (True, False):
+        code = program(machine, unix_sockets=unix_sockets, notify=notify)
+        raw = b"".join(struct.pack("HBBI", *ins) for ins in code)
+        filters = ctypes.create_string_buffer(raw, len(raw))
+        fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxQ", len(code), ctypes.addressof(filters)), 16)
+        flags = SECCOMP_FILTER_FLAG_NEW_LISTENER if notify else 0
+        listener = libc.syscall(SYS_SECCOMP[machine], SECCOMP_SET_MODE_FILTER, flags, fprog)
+        if listener >= 0:
+            return listener if notify else -1
+        if not notify or ctypes.get_errno() not in (errno.EINVAL, errno.EOPNOTSUPP):
+            raise StepFailed("seccomp", ctypes.get_errno())
+    return -1
+
+
+def answer(listener: int, machine: str) -> str | None:
+    """Take one refused call from the listener, answer it EPERM, and name it (None if it vanished)."""
+    notif = bytearray(80)  # struct seccomp_notif: id, pid, flags, then struct seccomp_data
+    try:
+        fcntl.ioctl(listener, NOTIF_RECV, notif, True)
+    except OSError:
+        return None  # the caller died meanwhile, or an interrupted wait
+    call_id, _pid, _flags, nr, arch = struct.unpack_from("QIIiI", notif)
+    arg0 = struct.unpack_from("Q", notif, 32)[0]
+    try:
+        fcntl.ioctl(listener, NOTIF_SEND, bytearray(struct.pack("QqiI", call_id, 0, -errno.EPERM, 0)), True)
+    except OSError:
+        pass  # it died before the answer
+    return call_name(machine, nr, arch, arg0)
+
+
+def call_name(machine: str, nr: int, arch: int, arg0: int) -> str:
+    """A refused call as people know it: `mount`, `socket(AF_VSOCK)`, or a foreign ABI's number."""
+    table = NUMBERS.get(machine, {})
+    if arch != AUDIT_ARCH.get(machine) or (machine == "x86_64" and nr >= X32_SYSCALL_BIT):
+        return f"a call of a foreign ABI (number {nr & ~X32_SYSCALL_BIT})"
+    if nr == table.get("socket"):
+        return f"socket({FAMILY_NAMES.get(arg0 & 0xFFFFFFFF, arg0)})"
+    return next((name for name, number in table.items() if number == nr), f"system call {nr}")
 
 
 def keep_file_powers() -> None:
