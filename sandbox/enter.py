@@ -189,11 +189,11 @@ def supervise(spec: dict, argv: list[str], fds: dict[str, str], out: int) -> Non
     for fd_path in fds.values():
         os.close(int(fd_path.rsplit("/", 1)[1]))
     child, netns, listener = start_command(spec, argv, out)
-    status, seen, refused = watch(child, listener, guard.machine())
+    status, seen, refused, ended = watch(child, listener, guard.machine(), spec.get("guard") or {}, spec["cwd"])
     end_the_rest()
     facts: dict = {"status": status, "signals": sorted(set(seen)), "pid1": os.getpid() == 1,
                    "maxrss_kib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, "refused": refused,
-                   "refusals_seen": listener is not None}
+                   "refusals_seen": listener is not None, "ended": ended}
     if world is not None:
         facts["writes"], facts["writes_total"] = world.writes()
         facts["gaps"] = world.gaps
@@ -260,7 +260,8 @@ def exit_like(status: int) -> None:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those two cannot be caught, nor reset
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status))
 

@@ -1,7 +1,9 @@
-"""What a sandboxed run may use: wall time, CPU, memory, file size, priority, network, scratch space.
+"""What a sandboxed run may use: wall time, memory, disk, priority, network, scratch space.
 
 A real run has none of these limits, so a run that hits one is tainted (`sandbox.taint`): they are a
-safety net, set where a test that passes for real is unlikely to reach them.
+safety net, set where a test that passes for real is unlikely to reach them. The defaults are also
+invisible to the run: memory and disk are watched by the sandbox's pid 1 (which ends a run past them)
+rather than set as rlimits, which `ulimit -a` would show; CPU and file-size rlimits are off unless asked.
 """
 
 from __future__ import annotations
@@ -27,14 +29,18 @@ class Limits:
 
     timeout: float | None = 600.0
     """Wall-clock seconds when `run()` is given no timeout; the whole process group is killed after it."""
-    cpu_seconds: int | None = 600
-    """CPU seconds per process (RLIMIT_CPU): SIGXCPU at the limit, SIGKILL 5 s later."""
+    cpu_seconds: int | None = None
+    """CPU seconds per process (RLIMIT_CPU, visible to the run): SIGXCPU at the limit, SIGKILL 5 s later.
+    Off by default: the wall-clock timeout bounds a run already."""
     memory_bytes: int | None = machine_memory()
-    """Heap and anonymous memory per process (RLIMIT_DATA; unlike RLIMIT_AS it spares address-space
-    reservations such as V8's or the JVM's). The machine's RAM: a process past it would fail or swap
-    in a real run too, while any lower figure fails tests that pass for real (4 GiB did)."""
-    file_size_bytes: int | None = 4 * GIB
-    """Largest file a process may write (RLIMIT_FSIZE), so a runaway run cannot fill the disk."""
+    """Resident memory of the run's whole process tree, watched by the sandbox's pid 1, which ends the run
+    past it. The machine's RAM: a run past it would fail or swap in a real run too, while a lower figure
+    fails tests that pass for real (a 4 GiB rlimit did)."""
+    disk_reserve_bytes: int | None = 1 * GIB
+    """Free space the run must leave on the file system of the workspace layer; pid 1 ends it below this,
+    so a runaway write cannot fill the disk."""
+    file_size_bytes: int | None = None
+    """Largest file a process may write (RLIMIT_FSIZE, visible to the run); off by default."""
     nice: int = 10
     """Added niceness, so authoritative work gets the CPU first."""
     network: bool = False
@@ -47,11 +53,7 @@ class Limits:
 
     def rlimits(self) -> dict[str, list[int]]:
         """The rlimits for the sandbox stage, by resource name, never above the current hard limits."""
-        wanted = {
-            "RLIMIT_CPU": (self.cpu_seconds, 5),
-            "RLIMIT_DATA": (self.memory_bytes, 0),
-            "RLIMIT_FSIZE": (self.file_size_bytes, 0),
-        }
+        wanted = {"RLIMIT_CPU": (self.cpu_seconds, 5), "RLIMIT_FSIZE": (self.file_size_bytes, 0)}
         out: dict[str, list[int]] = {}
         for name, (soft, slack) in wanted.items():
             if soft is None:
@@ -60,6 +62,11 @@ class Limits:
             cap = lambda v: v if hard_now == resource.RLIM_INFINITY else min(v, hard_now)  # noqa: E731
             out[name] = [cap(soft), cap(soft + slack)]
         return out
+
+
+    def watched(self) -> dict[str, int | None]:
+        """What the sandbox's pid 1 enforces by watching the run (the stage spec's `guard`)."""
+        return {"memory": self.memory_bytes, "disk_reserve": self.disk_reserve_bytes}
 
 
 SPECULATIVE = Limits()

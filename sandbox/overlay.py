@@ -261,5 +261,6 @@ class Overlay:
         if caps.mountns:
             spec["mounts"] = self._backend.mounts(root, layout)
             spec["world"] = caps.world_spec(layout.world, size=self.limits.scratch_bytes, shm=self.limits.shm_bytes)
-        spec.update(cwd=str(self.root), rlimits=self.limits.rlimits(), nice=0 if self._boosted else self.limits.nice)
+        spec.update(cwd=str(self.root), rlimits=self.limits.rlimits(), guard=self.limits.watched(),
+                    nice=0 if self._boosted else self.limits.nice)
         return spec

@@ -69,6 +69,8 @@ def of_facts(facts: Mapping[str, Any], limits: Limits) -> list[str]:
     if limits.memory_bytes and peak >= MEMORY_NEAR * limits.memory_bytes:
         out.append(f"used {peak >> 20} MiB of memory at its peak, near the sandbox's limit of "
                    f"{limits.memory_bytes >> 20} MiB (a real run has none)")
+    if facts.get("ended"):
+        out.append(f"the sandbox ended the run: {facts['ended']} (a real run has no such limit)")
     refused = facts.get("refused") or {}
     if refused:
         calls = ", ".join(f"{name} ({count})" if count > 1 else name for name, count in sorted(refused.items()))

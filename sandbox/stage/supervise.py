@@ -1,5 +1,6 @@
 """Pid 1's watch over the command: reap every process (pid 1 adopts orphans), answer the calls the filter
-refuses (counting them), note the limit signals that killed anything, and end what is left at the end."""
+refuses (counting them), note the limit signals that killed anything, end the run if its tree's memory
+or the disk's free space crosses the limits (sampled, so the run sees no rlimit), and end what is left."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import struct
 from .guard import answer
 
 LIMIT_SIGNALS = (signal.SIGXCPU, signal.SIGXFSZ, signal.SIGKILL)
+SAMPLE_MS = 100  # how often memory and disk are looked at
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def send_listener(sock: int, listener: int) -> None:
@@ -57,10 +60,43 @@ def reap_ready(until: int, seen: list[int]) -> int | None:
             found = status
 
 
-def watch(child: int, listener: int | None, machine: str) -> tuple[int, list[int], dict[str, int]]:
-    """Until the command exits: its wait status, limit signals seen, and the refused calls by name."""
+def tree_rss() -> int:
+    """Resident bytes of every process in the pid namespace but pid 1 (shared pages counted per process)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and entry != "1":
+            try:
+                with open(f"/proc/{entry}/statm", "rb") as handle:
+                    total += int(handle.read().split()[1]) * PAGE
+            except (OSError, IndexError, ValueError):
+                continue
+    return total
+
+
+def over_limits(guard: dict, where: str) -> str | None:
+    """Why the run must end now (memory or disk past the guard's limits), or None."""
+    memory = guard.get("memory")
+    if memory and os.getpid() == 1 and (used := tree_rss()) > memory:
+        return f"its processes used {used >> 20} MiB of memory, past the sandbox's limit of {memory >> 20} MiB"
+    reserve = guard.get("disk_reserve")
+    if reserve:
+        try:
+            st = os.statvfs(where)
+        except OSError:
+            return None
+        if st.f_bavail * st.f_frsize < reserve:
+            return f"it left less than {reserve >> 20} MiB free on the disk of the workspace layer"
+    return None
+
+
+def watch(child: int, listener: int | None, machine: str, guard: dict,
+          where: str) -> tuple[int, list[int], dict[str, int], str | None]:
+    """Until the command exits: its wait status, limit signals seen, the refused calls by name, and why pid 1
+    ended the run (None if it did not); `where` is the workspace, whose file system's free space is watched."""
     seen: list[int] = []
     refused: dict[str, int] = {}
+    ended: str | None = None
+    sample = SAMPLE_MS if guard.get("memory") or guard.get("disk_reserve") else -1
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
     os.set_blocking(wake_w, False)
@@ -74,8 +110,10 @@ def watch(child: int, listener: int | None, machine: str) -> tuple[int, list[int
         while True:
             status = reap_ready(child, seen)
             if status is not None:
-                return status, seen, refused
-            for fd, events in poller.poll():
+                return status, seen, refused, ended
+            if ended is None and sample > 0 and (ended := over_limits(guard, where)) is not None:
+                end_the_rest(reap=False)
+            for fd, events in poller.poll(sample):
                 if fd == wake_r:
                     while _drain(wake_r):
                         pass
@@ -100,15 +138,15 @@ def _drain(fd: int) -> bool:
         return False
 
 
-def end_the_rest() -> None:
-    """Kill and reap whatever the command left in the pid namespace (only ever as its pid 1)."""
+def end_the_rest(*, reap: bool = True) -> None:
+    """Kill (and reap, unless told not to) every process in the pid namespace but pid 1 (only ever as pid 1)."""
     if os.getpid() != 1:
         return
     try:
         os.kill(-1, signal.SIGKILL)
     except OSError:
         pass
-    while True:
+    while reap:
         try:
             os.waitpid(-1, 0)
         except ChildProcessError:
