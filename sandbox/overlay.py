@@ -31,7 +31,7 @@ from sandbox.probe import Capabilities, detect
 from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, renice_session, session_cpu
 from sandbox.runner import run_in_sandbox
 from sandbox.statedir import choose_base, new_state_dir, remove_tree
-from sandbox.taint import SIGNS, hard_links, of_run
+from sandbox.taint import SIGNS, hard_links, of_run, root_attributes
 from sandbox.workspace import confine, relative_to
 
 if TYPE_CHECKING:
@@ -238,10 +238,12 @@ class Overlay:
         return list(dict.fromkeys(self._taints + self._links))
 
     def _link_taints(self) -> None:
-        """Re-check the changed paths for hard links in the real tree (see `sandbox.taint.hard_links`)."""
+        """Re-check the changed paths for hard links in the real tree, and the workspace directory's own mode
+        and owner (see `sandbox.taint`)."""
         assert self._backend is not None and self._layout is not None
         try:
             self._links = hard_links(self.workspace.root, self._backend.changes(self.workspace.root, self._layout))
+            self._links += root_attributes(self.workspace.root, self._backend.seen_root(self._layout))
         except OSError as exc:
             self._links = [f"its changes could not be listed to check for hard links: {exc}"]
 

@@ -97,3 +97,16 @@ def hard_links(root: Path, changes: Iterable[Change]) -> list[str]:
         if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
             out.append(f"changed a hard-linked file: {change.path} ({st.st_nlink} links)")
     return out
+
+
+def root_attributes(root: Path, seen: Path) -> list[str]:
+    """The workspace directory itself (which changes() does not list) with another mode or owner than the
+    real one: a run changed it, and promotion would not carry it over."""
+    try:
+        real, mine = os.stat(root), os.stat(seen)
+    except OSError:
+        return []
+    if (stat.S_IMODE(real.st_mode), real.st_uid, real.st_gid) == (stat.S_IMODE(mine.st_mode), mine.st_uid, mine.st_gid):
+        return []
+    return [f"changed the workspace directory itself: mode {stat.S_IMODE(mine.st_mode):o} owner {mine.st_uid}:"
+            f"{mine.st_gid}, real mode {stat.S_IMODE(real.st_mode):o} owner {real.st_uid}:{real.st_gid}"]

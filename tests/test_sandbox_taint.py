@@ -236,3 +236,16 @@ async def test_the_run_sees_the_same_resource_limits_as_a_real_run(workspace: Wo
     async with Overlay(workspace, state_dir=state_base) as overlay:
         inside = await overlay.run(["sh", "-c", "ulimit -a"])
     assert inside.text == real.text
+
+
+async def test_the_workspace_directory_itself_looks_real_and_a_change_to_it_taints(
+        workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+    workspace.root.chmod(0o750)
+    async with Overlay(workspace, state_dir=state_base) as looked:
+        seen = await looked.run(["stat", "-c", "%a", "."])
+        assert seen.text == "750\n" and looked.taints() == []
+    async with Overlay(workspace, state_dir=state_base) as changed:
+        await changed.run(["chmod", "700", "."])
+        taints = changed.taints()
+    assert any("workspace directory itself" in t for t in taints), taints
+    assert (workspace.root.stat().st_mode & 0o777) == 0o750

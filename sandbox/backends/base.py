@@ -55,3 +55,7 @@ class Backend(Protocol):
     def changes(self, root: Path, layout: Layout) -> list[Change]:
         """What runs in this overlay changed, compared with the real tree."""
         ...
+
+    def seen_root(self, layout: Layout) -> Path:
+        """The directory whose mode and owner the run sees as the workspace root's (changes() omits the root)."""
+        ...

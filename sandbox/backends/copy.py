@@ -41,6 +41,10 @@ class ViewBackend:
         """Bind the view over the real path."""
         return [{"type": "bind", "target": str(root), "source": str(layout.view)}]
 
+    def seen_root(self, layout: Layout) -> Path:
+        """The directory whose mode and owner the run sees as the workspace root's."""
+        return layout.view
+
     def changes(self, root: Path, layout: Layout) -> list[Change]:
         """The view against its manifest at creation, classified against the real tree."""
         return view_changes(root, layout.view, self.before)

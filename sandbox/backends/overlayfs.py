@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,14 +21,23 @@ class OverlayFS:
         self.options = options
 
     async def prepare(self, root: Path, layout: Layout, *, same_path: bool = True) -> None:
-        """Empty upper and work dirs."""
+        """Empty upper and work dirs; the upper takes the real root's mode and owner, since the merged root
+        shows the upper's."""
         layout.upper.mkdir()
         layout.work.mkdir()
+        st = os.stat(root)
+        if os.geteuid() == 0:
+            os.chown(layout.upper, st.st_uid, st.st_gid)
+        os.chmod(layout.upper, stat.S_IMODE(st.st_mode))
 
     def mounts(self, root: Path, layout: Layout) -> list[dict[str, Any]]:
         """overlay with lowerdir=root mounted at root itself."""
         return [{"type": "overlay", "target": str(root), "lower": str(root), "upper": str(layout.upper),
                  "work": str(layout.work), "options": list(self.options)}]
+
+    def seen_root(self, layout: Layout) -> Path:
+        """The directory whose mode and owner the run sees as the workspace root's."""
+        return layout.upper
 
     def changes(self, root: Path, layout: Layout) -> list[Change]:
         """The upper dir's files and whiteouts, against the real tree."""
