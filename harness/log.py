@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TextIO
 
@@ -9,6 +10,13 @@ from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart
                             SpecSummary, ToolCall, ToolResult)
 
 PREVIEW_LINES = 6
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def visible(text: str) -> str:
+    """`text` with control characters (ESC, CR, NUL, ...) written as escapes, so what a model or a tool
+    printed cannot move the cursor, recolour or clear the user's terminal; newlines and tabs stay."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def _preview(text: str, lines: int = PREVIEW_LINES) -> str:
@@ -27,7 +35,7 @@ class HumanLog:
     def __call__(self, event: Event) -> None:
         line = self.format(event)
         if line is not None:
-            print(line, file=self.stream, flush=True)
+            print(visible(line), file=self.stream, flush=True)
 
     def format(self, event: Event) -> str | None:
         stamp = f"[{event.t:7.2f}s]"
