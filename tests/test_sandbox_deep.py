@@ -96,3 +96,14 @@ async def test_deep_writes_outside_the_workspace_are_counted(tmp_path: Path, sta
         taints = overlay.taints()
     assert any(f"wrote outside the workspace: {top}" in t and f"({DEPTH + 2} paths)" in t for t in taints), taints
     assert not Path(top).exists()
+
+
+async def test_a_deep_untracked_tree_in_the_workspace_gets_its_overlay(setup: tuple[Workspace, str, Path]) -> None:
+    workspace, backend, base = setup
+    (workspace.root / "deep").mkdir()
+    deep_tree(workspace.root / "deep", DEPTH)
+    async with Overlay(workspace, backend=backend, state_dir=base) as overlay:
+        leaf = "/".join(["deep", *["d"] * DEPTH, "leaf"])
+        result = await overlay.run(["sh", "-c", f"test -f {leaf} && echo there"])
+        assert result.text == "there\n", result.text
+    remove_tree(workspace.root / "deep")

@@ -18,12 +18,14 @@ import asyncio
 import os
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 from typing import Any, ClassVar
 
 from sandbox.backends.base import Layout
 from sandbox.backends.copy import ViewBackend
 from sandbox.changes import manifest
+from sandbox.statedir import remove_tree
 
 QUIET_GIT = {"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0"}
 
@@ -52,23 +54,44 @@ def unavailable(root: Path) -> str | None:
     return None
 
 
+def copy_dir(src: Path, dst: Path) -> None:
+    """Copy a directory tree with modes, times and symlinks, at any depth (`cp -a`; shutil where it is missing)."""
+    cp = shutil.which("cp")
+    if cp is None:
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
+        return
+    dst.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([cp, "-a", f"{src}/.", str(dst)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    if done.returncode != 0:
+        raise OSError(f"copying {src} to {dst} failed: {done.stderr.decode(errors='replace').strip()}")
+
+
+def make_parents(path: Path) -> None:
+    """Create the missing parent directories of `path`, top down, without recursion (any depth)."""
+    missing = []
+    parent = path.parent
+    while not parent.is_dir():
+        missing.append(parent)
+        parent = parent.parent
+    for directory in reversed(missing):
+        directory.mkdir()
+
+
 def copy_entry(src: Path, dst: Path) -> None:
-    """Copy one file or symlink (not following it), replacing whatever is at dst."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if dst.is_dir() and not dst.is_symlink():
-        shutil.rmtree(dst)
-    elif dst.exists() or dst.is_symlink():
-        dst.unlink()
+    """Copy one file or symlink (not following it), or a directory, replacing whatever is at dst."""
+    make_parents(dst)
+    remove_entry(dst)
     if src.is_dir() and not src.is_symlink():
-        shutil.copytree(src, dst, symlinks=True)
+        copy_dir(src, dst)
     else:
         shutil.copy2(src, dst, follow_symlinks=False)
 
 
 def remove_entry(path: Path) -> None:
-    """Remove a file, symlink or directory if present."""
+    """Remove a file, symlink or directory (at any depth) if present."""
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
+        if not remove_tree(path):
+            raise OSError(f"could not remove {path} from the view")
     elif path.exists() or path.is_symlink():
         path.unlink()
 
@@ -113,7 +136,7 @@ def build_view(root: Path, view: Path, scratch: Path, objects_at: Path) -> None:
         meta, path = record.split("\t", 1)
         tracked.append(path)
         if meta.startswith("160000") and (root / path).is_dir():  # a submodule: its files as they are
-            shutil.copytree(root / path, view / path, symlinks=True, dirs_exist_ok=True)
+            copy_dir(root / path, view / path)
     status = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all", "--no-renames", env=QUIET_GIT)
     for record in filter(None, status.split("\0")):
         path = record[3:]
