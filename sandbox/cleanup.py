@@ -47,6 +47,7 @@ def find_leftovers(base: Path) -> list[Leftover]:
 
 
 def _young(path: Path) -> bool:
+    """True if a dir was touched within the grace period (its owner file may still be on its way)."""
     try:
         return time.time() - path.stat().st_mtime < ORPHAN_GRACE_SECONDS
     except OSError:

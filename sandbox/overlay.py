@@ -208,6 +208,7 @@ class Overlay:
                 self._live = None
 
     def _started(self, sid: int) -> None:
+        """Note the session id of the run that just started (for boost and cpu_seconds)."""
         self._sessions.add(sid)
         self._live = sid
 

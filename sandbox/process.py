@@ -31,6 +31,7 @@ class ProcessResult:
 
     @property
     def text(self) -> str:
+        """The output decoded as UTF-8, undecodable bytes replaced."""
         return self.output.decode("utf-8", errors="replace")
 
 
@@ -56,6 +57,7 @@ class _BoundedBuffer:
         self.edge = window[-self.overlap:] if self.overlap else b""
 
     def add(self, chunk: bytes) -> None:
+        """Keep a chunk in the head until it is full, then in the tail, dropping the oldest tail bytes."""
         self.look(chunk)
         room = self.half - len(self.head)
         if room > 0:
@@ -70,6 +72,7 @@ class _BoundedBuffer:
             self.dropped += excess
 
     def value(self) -> bytes:
+        """Head and tail, joined."""
         return bytes(self.head + self.tail)
 
 
@@ -113,6 +116,7 @@ async def run_process(
     buffer = _BoundedBuffer(max_bytes, watch)
 
     async def feed() -> None:
+        """Write stdin and close it."""
         assert proc.stdin is not None
         try:
             proc.stdin.write(stdin or b"")
@@ -122,6 +126,7 @@ async def run_process(
             pass  # the command exited without reading all of its input
 
     async def pump() -> None:
+        """Read the output to its end, then wait for the process."""
         # Feed stdin while reading stdout: writing it all first deadlocks once both pipes are full.
         feeder = asyncio.ensure_future(feed()) if stdin is not None else None
         try:

@@ -40,6 +40,7 @@ def check(result: int, step: str, detail: str = "") -> None:
 
 
 def _enc(text: str | None) -> bytes | None:
+    """A str as bytes for libc, None as NULL."""
     return text.encode() if text is not None else None
 
 
