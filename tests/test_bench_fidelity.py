@@ -276,3 +276,19 @@ def test_the_command_prints_the_counts_and_fails_when_they_are_not_zero() -> Non
         assert key in report
     failing = any(report[name] for name in ("differences", "escapes", "crashes"))
     assert result.returncode == (1 if failing else 0), result.stderr
+
+
+def test_every_generated_link_stays_inside_the_case(tmp_path: Path) -> None:
+    """The off world runs real commands as the real user (root here): a generated symlink that leads out of
+    the case (a link to `/` once let a real `chmod 600 link` change the machine's root) must never exist."""
+    from harness.bench.fidelity_kinds import generate
+    from harness.bench.fidelity_tree import Places
+
+    places = Places(tmp_path, "tok")
+    for case in generate(5, 400):
+        for entry in case.tree:
+            if entry.type != "symlink":
+                continue
+            link = places.root / entry.path
+            target = Path(os.path.normpath(link.parent / places.fill(entry.data)))
+            assert target == places.root or places.root in target.parents, (case.id, entry.path, entry.data)

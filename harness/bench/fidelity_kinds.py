@@ -198,7 +198,7 @@ def random_tree(rng: random.Random) -> Tree:
         tree.add(f"ws/{rng.choice(tree.dirs)}/f{i}.txt".replace("/./", "/"), "file", text_lines(rng, 1, 6),
                  rng.choice((0o644, 0o600, 0o755, 0o444)))
     targets = [("l_inside", "a.py"), ("l_dir", "pkg"), ("l_dangling", "nope.txt"), ("l_out", "../out/secret.txt"),
-               ("l_out_abs", "%OUT%/shared.txt"), ("l_out_dir", "%OUT%"), ("l_root", "/"), ("l_self", "l_self"),
+               ("l_out_abs", "%OUT%/shared.txt"), ("l_out_dir", "%OUT%"), ("l_root", "%OUT%/.."), ("l_self", "l_self"),
                ("l_loop_a", "l_loop_b"), ("l_loop_b", "l_loop_a"), ("d1/l_up", ".."), ("l_deep", "d1/d2"),
                ("l_ws_abs", "%WS%/x.py"), ("l_chain", "l_inside")]
     for name, target in rng.sample(targets, rng.randint(2, len(targets))):
