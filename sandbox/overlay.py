@@ -137,6 +137,13 @@ class Overlay:
         return self._caps is not None and self._caps.mountns
 
     @property
+    def confines(self) -> bool:
+        """True when a command run here cannot act on the real system: it sees the view at the workspace's own
+        path in a private mount namespace. Without one (a copy or worktree elsewhere) it runs unconfined, so
+        nothing should be run here that the user did not ask for."""
+        return self.same_path
+
+    @property
     def state_path(self) -> Path | None:
         """Where the layers live on the host (None before open)."""
         return self._layout.state if self._layout is not None else None

@@ -312,3 +312,25 @@ async def test_an_error_is_never_answered_from_the_repeat_cache(tmp_path: Path) 
     again = await scheduler.take(ParsedCall("c2", "grep", arguments))
     await scheduler.close()
     assert again is None
+
+
+async def test_no_speculative_run_where_the_sandbox_cannot_confine_it(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without namespaces (TAO_SANDBOX_NAMESPACES=none) an "overlay" is a copy at another path: a command run
+    there acts on the real system (an absolute path reaches the real workspace). So nothing is run ahead of
+    the model at all, and the real call still gets the real result."""
+    monkeypatch.setenv("TAO_SANDBOX_NAMESPACES", "none")
+    monkeypatch.setenv("TAO_OVERLAY_DIR", str(tmp_path / "state"))
+    repo = make_calc_repo(tmp_path / "repo")
+    marker = tmp_path / "outside.txt"
+    command = f"echo ran >> {marker}; echo done"
+    scheduler, events = make(repo, ("run_tests", {"command": command}))
+    scheduler.launch("a", 1)
+    await ready(scheduler)
+    assert not marker.exists()  # the guess was never run
+    assert await scheduler.take(ParsedCall("c1", "run_tests", {"command": command})) is None
+    scheduler.launch("b", 2)  # and it is not tried again
+    assert not [s for s in scheduler.specs.values() if s.candidate.name == "run_tests"]
+    await scheduler.close()
+    assert not marker.exists()
+    assert not of(events, SpecPromote)

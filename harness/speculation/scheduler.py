@@ -45,6 +45,10 @@ FAILED = "its run failed or went stale"
 OTHER = "not the model's call"
 
 
+class Unconfined(RuntimeError):
+    """The sandbox cannot keep a speculative run off the real system on this machine."""
+
+
 class SpecState(enum.IntEnum):
     """A speculation's lifecycle, in order; `>= PROMOTED` means it is over."""
 
@@ -159,6 +163,7 @@ class SpeculationScheduler:
         self._calls: dict[str, tuple[ToolCall, int]] = {}  # calls waiting for their result, and their version
         self._seen: dict[str, tuple[int, Observation]] = {}  # exact call -> (version, observation) of pure runs
         self._last: dict[str, LastRun] = {}  # canonical key -> its last real run, any version
+        self._unconfined: str | None = None  # why sandboxed calls are never run ahead here, once found out
         self._totals = {"launched": 0, "promoted": 0, "discarded": 0, "tainted": 0, "repeats": 0, "saved": 0.0,
                         "wasted": 0.0}
 
@@ -224,8 +229,10 @@ class SpeculationScheduler:
         running = [s for s in self.specs.values() if s.state is SpecState.RUNNING]
         if len(running) >= self.budget.max_running:
             return False
+        if tool.effect is not Effect.SANDBOXED:
+            return True
         sandboxed = sum(1 for s in running if self.tools[s.candidate.name].effect is Effect.SANDBOXED)
-        return tool.effect is not Effect.SANDBOXED or sandboxed < self.budget.max_sandboxed
+        return self._unconfined is None and sandboxed < self.budget.max_sandboxed
 
     def last_output(self, call: ParsedCall) -> str | None:
         """What the same call printed when it last really ran: a guess of its output, where it is a fair one."""
@@ -263,7 +270,11 @@ class SpeculationScheduler:
                 spec.file = await kept_file(tool, path, observation, self.workspace)  # type: ignore[arg-type]
                 return observation
             if tool.effect is Effect.SANDBOXED:
-                spec.overlay = Overlay(self.workspace)
+                spec.overlay = await Overlay(self.workspace).open()
+                if not spec.overlay.confines:
+                    self._unconfined = (f"the sandbox cannot confine a run here ({spec.overlay.backend} backend, "
+                                        "no mount namespace): nothing is run ahead of the model")
+                    raise Unconfined(self._unconfined)
                 return await run_tool(tool, args, spec.overlay)
             return await run_tool(tool, args, self.workspace)
         finally:
