@@ -96,18 +96,23 @@ def apply_limits(spec: dict) -> None:
         raise StepFailed("limits", getattr(exc, "errno", 0) or errno.EINVAL, str(exc)) from None
 
 
-def nice_autogroup(nice: int) -> None:
-    """Lower the CPU weight of this session's autogroup (the run's session) too (best effort).
+def nice_autogroup(nice: int) -> bool:
+    """Lower the CPU weight of this session's autogroup (the run's session); True where that took effect.
 
-    With sched_autogroup on, every new session is its own scheduling group at equal weight, so a
-    process's own nice only ranks it inside that group: without this, a niced speculative run takes
-    as much CPU as the authoritative work it should yield to.
+    With sched_autogroup on, every new session is its own scheduling group at equal weight, so the group's
+    nice is what makes a speculative run yield to the authoritative work, and a process's own nice only
+    ranks it inside that group. Where it works the command keeps nice 0, so `nice` or `ps -o ni` prints
+    what a real run prints.
     """
     try:
+        with open("/proc/sys/kernel/sched_autogroup_enabled") as handle:
+            if handle.read().strip() != "1":
+                return False
         with open("/proc/self/autogroup", "w") as handle:
             handle.write(str(nice))
+        return True
     except OSError:
-        pass  # no autogroups on this kernel, or not allowed: the process nice still applies
+        return False  # no autogroups on this kernel, or not allowed: the process nice applies instead
 
 
 def become_command(spec: dict, argv: list[str], ready: int, go: int, channel: int) -> None:
@@ -211,8 +216,8 @@ def stage(spec: dict, argv: list[str]) -> None:
         os.set_inheritable(out, False)  # the stage's to write; never the command's
     if spec.get("ppid") and os.getppid() != spec["ppid"]:
         report("setup", "pdeathsig", errno.ESRCH, "the process that started the sandbox has exited", SETUP_FAILED)
-    if spec.get("nice"):
-        nice_autogroup(spec["nice"])  # here, with the caller's capabilities: a user namespace is rate-limited
+    if spec.get("nice") and nice_autogroup(spec["nice"]):  # with the caller's capabilities (rate-limited in a
+        spec = {**spec, "nice": 0}                          # user namespace); the group's nice is enough
     if not spec.get("mountns"):
         apply_limits(spec)  # no namespaces at all: the copy backends' view, at its own path
         os.chdir(spec["cwd"])
