@@ -7,6 +7,7 @@ loop are virtual, so asserting them asserts the simulation's arithmetic, not thi
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from dataclasses import replace
 from typing import Any
@@ -65,6 +66,32 @@ def test_virtual_clock_keeps_timer_order_and_stops_for_threads() -> None:
     order, (slept, thread) = virtual(main)
     assert order == ["a", "b", "c"] and slept == 30
     assert thread < 0.2  # the clock did not run ahead while the thread worked
+
+
+def test_virtual_clock_stops_for_a_subprocess() -> None:
+    """A real process is real work: its output arrives before a virtual timeout, however slow the machine."""
+    async def main() -> tuple[bytes, float]:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        process = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(0.3); print('out')",
+                                                       stdout=asyncio.subprocess.PIPE)
+        out, _ = await asyncio.wait_for(process.communicate(), timeout=5)
+        return out, loop.time() - start
+
+    out, took = virtual(main)
+    assert out.strip() == b"out"
+    assert took < 5  # the timeout never fired: the clock did not run ahead while the process worked
+
+
+def test_virtual_clock_fires_timers_far_into_virtual_time() -> None:
+    """Past 2**24 s a nanosecond is below the clock's float resolution; timers there must still fire."""
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(3e7)
+        await asyncio.wait_for(asyncio.sleep(1.0), timeout=60.0)
+        return loop.time()
+
+    assert virtual(main) >= 3e7 + 1.0
 
 
 def test_a_forced_answer_is_streamed_exactly_with_its_usage() -> None:
