@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandbox.process import ProcessResult
+from sandbox.process import BoundedBuffer, ProcessResult
 
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # the same on x86_64 and aarch64
 _CREATE_RULESET_VERSION = 1
@@ -192,7 +192,7 @@ def _run(argv: Sequence[str], cwd: Path, rules: ReadRules, timeout: float, max_b
     finally:
         os.close(null)
     assert proc.stdout is not None
-    kept = _Bounded(max_bytes)
+    kept = BoundedBuffer(max_bytes)
     try:
         timed_out = not _collect(proc, kept, start + timeout, cancelled) or not _reap(proc, start + timeout, cancelled)
     finally:
@@ -203,7 +203,7 @@ def _run(argv: Sequence[str], cwd: Path, rules: ReadRules, timeout: float, max_b
                          dropped_bytes=kept.dropped, timed_out=timed_out, duration=time.monotonic() - start)
 
 
-def _collect(proc: subprocess.Popen[bytes], kept: _Bounded, deadline: float, cancelled: threading.Event) -> bool:
+def _collect(proc: subprocess.Popen[bytes], kept: BoundedBuffer, deadline: float, cancelled: threading.Event) -> bool:
     """Read the child's output to its end; False if the deadline passed or the run was cancelled first."""
     assert proc.stdout is not None
     stream = proc.stdout.fileno()
@@ -238,29 +238,3 @@ def _kill_group(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-class _Bounded:
-    """The first and last `max_bytes // 2` bytes of a stream, and how many were dropped between."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.half = max(1, max_bytes // 2)
-        self.head, self.tail = bytearray(), bytearray()
-        self.dropped = 0
-
-    def add(self, chunk: bytes) -> None:
-        """Keep this chunk's bytes in the head, then the tail, counting what falls out between."""
-        room = self.half - len(self.head)
-        if room > 0:
-            self.head += chunk[:room]
-            chunk = chunk[room:]
-        if chunk:
-            self.tail += chunk
-            if len(self.tail) > self.half:
-                excess = len(self.tail) - self.half
-                del self.tail[:excess]
-                self.dropped += excess
-
-    def value(self) -> bytes:
-        """The kept bytes, head then tail."""
-        return bytes(self.head + self.tail)

@@ -35,7 +35,7 @@ class ProcessResult:
         return self.output.decode("utf-8", errors="replace")
 
 
-class _BoundedBuffer:
+class BoundedBuffer:
     """Keeps the first and last `max_bytes // 2` bytes of a stream and counts what it dropped."""
 
     def __init__(self, max_bytes: int, watch: Sequence[bytes] = ()) -> None:
@@ -113,7 +113,7 @@ async def run_process(
     )
     if on_start is not None:
         on_start(proc.pid)
-    buffer = _BoundedBuffer(max_bytes, watch)
+    buffer = BoundedBuffer(max_bytes, watch)
 
     async def feed() -> None:
         """Write stdin and close it."""

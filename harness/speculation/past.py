@@ -8,11 +8,11 @@ the user's projects, which is what the next session will look like.
 
 from __future__ import annotations
 
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
 from harness.events import Event, ToolCall
+from harness.history import saved_sessions
 from harness.traces import tao
 from harness.traces.common import ImportReport
 
@@ -27,16 +27,8 @@ def past_sessions(directory: Path, limit: int = PAST_SESSIONS) -> Iterator[list[
     what is no regular file are skipped without a word: a new session must start whatever the folder holds."""
     if limit <= 0 or not directory.is_dir():
         return
-    dated = []
-    for path in directory.glob("*.jsonl"):
-        try:
-            info = path.stat()
-        except OSError:
-            continue  # removed while we looked, or a broken link
-        if stat.S_ISREG(info.st_mode):
-            dated.append((info.st_mtime, path))
     taken = 0
-    for _, path in sorted(dated, reverse=True):
+    for path in saved_sessions(directory):
         try:
             sessions = tao.load(path, ImportReport())
         except Exception:  # noqa: BLE001 - what the importer did not foresee must not stop `tao run` either
