@@ -215,3 +215,11 @@ async def test_a_regex_still_forces_the_characters_where_token_ids_cannot(vllm_e
     text, last = await collect(vllm_engine, LLMRequest(rid(), [{"role": "user", "content": "Go."}], 400, force=FORCED[0]),
                                force_regex=True)
     assert text == FORCED[0] and last.finish_reason == "stop"
+
+
+async def test_commands_do_not_inherit_the_libraries_vllm_preloads_for_itself(vllm_engine, tmp_path: Path) -> None:
+    """vLLM's CPU platform puts torch's libgomp and its tcmalloc in this process's LD_PRELOAD for its own
+    engine process; the user's tests and commands must run as they would in the user's shell."""
+    result = await Workspace(tmp_path).run(["sh", "-c", 'echo "preload=${LD_PRELOAD-}"'], timeout=60)
+    assert result.exit_code == 0, result.text
+    assert "libgomp" not in result.text and "tcmalloc" not in result.text, result.text

@@ -274,6 +274,7 @@ def _build_llm(settings: VLLMSettings) -> Any:
         logits_processors=[PROCESSOR],  # forced answers take the recorded text's own tokens
     )
     load = EngineLoad()
+    preload = os.environ.get("LD_PRELOAD")
     try:
         llm = AsyncLLM.from_engine_args(args, stat_loggers=[_load_logger(load)])
         llm.tao_load = load
@@ -283,6 +284,13 @@ def _build_llm(settings: VLLMSettings) -> Any:
                                 f"or a Hugging Face name that is cached or downloadable ({exc})") from None
     except RuntimeError as exc:
         raise EngineUnavailable(f"the vLLM engine failed to start for {settings.model!r}: {exc}") from None
+    finally:
+        # vLLM's CPU platform adds torch's libgomp and its tcmalloc to this process's LD_PRELOAD for its engine
+        # process (started by now); the user's tests and commands must not run with them preloaded.
+        if preload is None:
+            os.environ.pop("LD_PRELOAD", None)
+        else:
+            os.environ["LD_PRELOAD"] = preload
 
 
 def _engine_error(exc: Exception, request_id: str) -> EngineError:
