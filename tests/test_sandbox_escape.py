@@ -23,6 +23,9 @@ from tests.test_sandbox_support import make_repo, state_base, tree_state  # noqa
 # "auto" and "user" as the probe finds them; "caps" and "readonly": the fallbacks of a machine where the
 # command gets no user namespace, or / no overlay (forced here by editing what the probe found).
 MODES = ("auto", "user", "caps", "readonly")
+# The interpreter itself, not the venv's link to it: a checkout under /tmp (as CI may clone) is hidden by
+# the read-only fallback's private /tmp, and the attacks need nothing but the standard library.
+PYTHON = os.path.realpath(sys.executable)
 FORCED = {"caps": {"inner": "caps"}, "readonly": {"world": "readonly"}}
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -90,7 +93,7 @@ async def test_open_by_handle_cannot_reach_the_real_workspace(setup: tuple[Works
     htype, raw = handle_of(workspace.root)
     before = tree_state(workspace.root)
     async with Overlay(workspace, state_dir=base) as overlay:
-        result = await overlay.run([sys.executable, "-c", HANDLE_ATTACK, str(htype), raw.hex(), "README.md"])
+        result = await overlay.run([PYTHON, "-c", HANDLE_ATTACK, str(htype), raw.hex(), "README.md"])
     assert "refused" in result.text, result.text
     assert "HANDLE OPENED" not in result.text and "ESCAPED" not in result.text, result.text
     assert tree_state(workspace.root) == before
@@ -174,8 +177,8 @@ async def test_kernel_tunables_sysfs_and_disks_cannot_be_opened_for_writing(setu
     targets = ["/proc/sys/kernel/core_pattern", "/proc/sysrq-trigger", "/proc/sys/vm/drop_caches",
                "/dev/kmsg", *writable_sysfs_files()]
     async with Overlay(workspace, state_dir=base) as overlay:
-        tunables = await overlay.run([sys.executable, "-c", OPEN_FOR_WRITE, *targets])
-        disks = await overlay.run([sys.executable, "-c", BLOCK_DEVICES,
+        tunables = await overlay.run([PYTHON, "-c", OPEN_FOR_WRITE, *targets])
+        disks = await overlay.run([PYTHON, "-c", BLOCK_DEVICES,
                                    *(f"{a}:{b}" for a, b in block_devices())])
     assert "WRITABLE" not in tunables.text, tunables.text
     assert tunables.text.count("refused") >= 3, tunables.text
@@ -243,9 +246,9 @@ async def test_a_run_cannot_unmount_remount_or_write_around_the_overlay(setup: t
     workspace, base = setup
     before = tree_state(workspace.root)
     async with Overlay(workspace, state_dir=base) as overlay:
-        mounts = await overlay.run([sys.executable, "-c", UNMOUNT_ATTACK, str(workspace.root)])
+        mounts = await overlay.run([PYTHON, "-c", UNMOUNT_ATTACK, str(workspace.root)])
         after_mounts = await overlay.run(["sh", "-c", "echo escaped >> README.md"])
-        paths = await overlay.run([sys.executable, "-c", PATH_ATTACKS, str(workspace.root),
+        paths = await overlay.run([PYTHON, "-c", PATH_ATTACKS, str(workspace.root),
                                    str(overlay.state_path), "README.md"])
         changed = {c.path for c in overlay.changes()}
     assert " ok" not in mounts.text, mounts.text
@@ -266,7 +269,7 @@ async def test_foreign_socket_families_and_key_syscalls_are_refused(setup: tuple
     if os.uname().machine != "x86_64":
         pytest.skip("the syscall number in the script is x86_64's")
     async with Overlay(workspace, state_dir=base) as overlay:
-        result = await overlay.run([sys.executable, "-c", script])
+        result = await overlay.run([PYTHON, "-c", script])
     assert "VSOCK socket made" not in result.text, result.text
     assert "keyctl -1 Operation not permitted" in result.text, result.text
 
@@ -299,7 +302,7 @@ async def test_a_unix_socket_of_the_host_cannot_be_reached(setup: tuple[Workspac
               f"try:\n    s.connect({str(path)!r}); print('CONNECTED')\nexcept OSError as e:\n    print(e)\n")
     try:
         async with Overlay(workspace, state_dir=base) as overlay:
-            result = await overlay.run([sys.executable, "-c", script])
+            result = await overlay.run([PYTHON, "-c", script])
             taints = overlay.taints()
     finally:
         stop.set()
