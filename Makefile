@@ -26,7 +26,7 @@ demo: $(STAMP)
 	$(BIN)/tao demo --headless
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # The pattern model Tao ships, learned again from the public trajectories in $(TRACES) (about 2 minutes).
 patterns: $(STAMP)
