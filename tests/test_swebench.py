@@ -126,9 +126,7 @@ def test_a_rerun_skips_finished_instances_and_redo_runs_them_again(batch: Path, 
 def test_ctrl_c_keeps_finished_instances_and_a_rerun_resumes(tmp_path: Path) -> None:
     make_dataset(tmp_path)
     out = tmp_path / "out"
-    # Slow enough that the other instances cannot all finish while a busy machine delays this test's signal
-    # (at 0.02 s a token a loaded CI run finished all six in the 7 s before it).
-    proc = tao_swebench(tmp_path, "--workers", "1", "--seconds-per-token", "0.06", "--no-speculation", wait=False)
+    proc = tao_swebench(tmp_path, "--workers", "1", "--seconds-per-token", "0.02", "--no-speculation", wait=False)
     first = out / "instances" / IDS[0] / "result.json"
     deadline = time.monotonic() + 600  # a condition to wait on, with a deadline a busy machine cannot reach
     while not first.exists() and time.monotonic() < deadline and proc.poll() is None:

@@ -101,12 +101,11 @@ async def test_timeout_kills_children_in_the_foreground_group(bash, ws):
 
 
 async def test_unresponsive_shell_is_restarted(bash, ws):
-    """The shell ignores SIGINT before the runaway is sent, so that it is deaf to the interrupt. The runaway gets
-    10 s: the interrupt's ^C flushes a command line the shell has not read yet, so a loaded machine that had
-    not started the runaway within 1 s left the shell idle and answering ("state kept")."""
+    """Only the runaway command has the 1 s timeout: on a busy machine even `pwd` in a fresh shell may take longer.
+    The shell ignores SIGINT before the runaway is sent, so that it is deaf to the interrupt however late it runs."""
     bash.timeout = 120
     await sh(bash, ws, "cd sub; MARK=lost; trap '' INT")
-    bash.timeout = 10
+    bash.timeout = 1
     obs = await sh(bash, ws, "while :; do :; done")
     bash.timeout = 120
     assert obs.is_error and obs.data["shell_restarted"]
