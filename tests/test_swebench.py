@@ -28,8 +28,9 @@ def tao_swebench(root: Path, *extra: str, scripts: Path | None = None,
     argv = [sys.executable, "-m", "harness.cli", "swebench", "--instances", str(root / "instances.jsonl"),
             "--repos", str(root / "repos"), "--output", str(root / "out"), "--engine", "replay",
             "--replay", str(scripts or root / "scripts"), "--eval-command", EVAL, "--eval-timeout", "10", *extra]
-    if not wait:
-        return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if not wait:  # as from a terminal: SIGINT at its default, even when this pytest was started with it ignored
+        return subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)  # generous: a busy machine
 
 

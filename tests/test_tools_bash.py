@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import shlex
+import signal
+import sys
 import time
 from pathlib import Path
 
@@ -90,6 +93,22 @@ async def test_timeout_kills_the_command_and_keeps_the_shell(bash, ws):
     assert "never" not in obs.text
     after = await sh(bash, ws, "pwd; echo $MARK")
     assert after.text == f"{ws.root}/sub\nkept" and after.exit_code == 0
+
+
+async def test_commands_get_default_sigint_when_tao_was_started_with_it_ignored(ws):
+    """`nohup tao ...` or `tao ... &` in a script starts Tao with SIGINT ignored; what the model runs must not
+    inherit that (a test suite's Ctrl+C handling, the interrupt Tao sends on timeout)."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    tool = Bash(timeout=120)
+    try:
+        await sh(tool, ws, "true")  # the shell is spawned now, while SIGINT is ignored
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    try:
+        obs = await sh(tool, ws, f"{shlex.quote(sys.executable)} -c 'import signal; print(signal.getsignal(signal.SIGINT))'")
+        assert obs.text == "<built-in function default_int_handler>"
+    finally:
+        tool.close()
 
 
 async def test_timeout_kills_children_in_the_foreground_group(bash, ws):

@@ -81,7 +81,8 @@ class Shell:
         self.cancelled = threading.Event()
         bash = shutil.which("bash") or "/bin/bash"
         self.child = pexpect.spawn(bash, ["--norc", "--noprofile", "--noediting", "-i"], cwd=str(root),
-                                   env=_shell_env(), echo=False, encoding=None, dimensions=(50, 200))
+                                   env=_shell_env(), echo=False, encoding=None, dimensions=(50, 200),
+                                   preexec_fn=_default_interrupt_signals)
         nonce = secrets.token_hex(6)
         self.child.sendline("PS1=''; PS2=''; PROMPT_COMMAND=''; unset HISTFILE; set +o history; set +H; "
                             + _marker_command(nonce, "0"))
@@ -173,6 +174,15 @@ class Shell:
         _kill_session(self.child.pid)
         self.child.close(force=True)
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _default_interrupt_signals() -> None:
+    """In the shell's child, before exec: SIGINT and SIGQUIT back to their defaults.
+
+    A Tao started with them ignored (`nohup`, `cmd &` in a script) would hand that on, and then the
+    interrupt that stops a timed-out command could not reach it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
 
 
 def scratch_owner(pid: int | None = None) -> tuple[int, int, int]:
