@@ -138,7 +138,8 @@ def become_command(spec: dict, argv: list[str], ready: int, go: int, channel: in
         raise StepFailed("chdir", exc.errno or 0, spec["cwd"]) from None
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; a plain subprocess restores them
         signal.signal(sig, signal.SIG_DFL)
-    listener = guard.install_filter(guard.machine(), unix_sockets=not spec.get("bound_views"))
+    ids = (spec["uid"], spec["gid"]) if spec.get("userns") else None  # see map_command
+    listener = guard.install_filter(guard.machine(), unix_sockets=not spec.get("bound_views"), ids=ids)
     send_listener(channel, listener)  # refused calls go to pid 1 from here on
     try:
         os.execvp(argv[0], argv)

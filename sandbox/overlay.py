@@ -31,7 +31,7 @@ from sandbox.probe import Capabilities, detect
 from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, renice_session, session_cpu
 from sandbox.runner import run_in_sandbox
 from sandbox.statedir import choose_base, new_state_dir, remove_tree
-from sandbox.taint import SIGNS, hard_links, of_run, root_attributes
+from sandbox.taint import SIGNS, hard_links, of_run, root_attributes, unmapped_signs
 from sandbox.workspace import confine, relative_to
 
 if TYPE_CHECKING:
@@ -192,9 +192,11 @@ class Overlay:
                 raise OverlayClosed("this overlay was discarded; create a new one")
             reported: list[dict[str, Any]] = []
             limit = self.limits.timeout if timeout is None else timeout
+            spec = self._spec()
+            unmapped = unmapped_signs() if spec.get("userns") else ()
             inner = asyncio.ensure_future(
-                run_in_sandbox(self._spec(), argv, timeout=limit, env=env, stdin=stdin, max_bytes=max_bytes,
-                               on_start=self._started, on_report=reported.append, watch=SIGNS)
+                run_in_sandbox(spec, argv, timeout=limit, env=env, stdin=stdin, max_bytes=max_bytes,
+                               on_start=self._started, on_report=reported.append, watch=SIGNS + unmapped)
             )
             self._running.add(inner)
             try:
@@ -203,7 +205,7 @@ class Overlay:
                 cpu = facts.get("cpu") if facts else None
                 self._cpu_done = self._cpu_done + cpu if cpu is not None and self._cpu_done is not None else None
                 self._taints += of_run(result, facts, limits=self.limits, timeout=limit,
-                                       watched=self.same_path)
+                                       watched=self.same_path, unmapped=unmapped)
                 return result
             except asyncio.CancelledError:
                 task = asyncio.current_task()

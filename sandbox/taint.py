@@ -10,7 +10,9 @@ taint costs only the time speculation would have saved; a missed one breaks the 
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import signal
 import stat
 from collections.abc import Iterable, Mapping
@@ -35,9 +37,29 @@ LIMIT_SIGNALS = {signal.SIGXCPU: "its CPU-time limit", signal.SIGXFSZ: "its file
 MEMORY_NEAR = 0.75  # a peak RSS past this share of the memory limit may have met it
 
 
+def unmapped_signs() -> tuple[bytes, ...]:
+    """How an id that a one-id user namespace cannot map shows in output: the overflow uid and gid, as
+    numbers and names (`nobody`, `nogroup`). A real run would have shown the real owner."""
+    numbers = set()
+    for kind in ("uid", "gid"):
+        try:
+            numbers.add(int(Path(f"/proc/sys/kernel/overflow{kind}").read_text()))
+        except (OSError, ValueError):
+            numbers.add(65534)
+    names = {str(n) for n in numbers}
+    for n in numbers:
+        for lookup in (pwd.getpwuid, grp.getgrgid):
+            try:
+                names.add(lookup(n)[0])
+            except KeyError:
+                pass
+    return tuple(sorted(name.encode() for name in names))
+
+
 def of_run(result: ProcessResult, facts: Mapping[str, Any] | None, *, limits: Limits, timeout: float | None,
-           watched: bool) -> list[str]:
-    """The taints of one finished (or killed) run; `watched`: the sandbox's pid 1 should have reported."""
+           watched: bool, unmapped: tuple[bytes, ...] = ()) -> list[str]:
+    """The taints of one finished (or killed) run; `watched`: the sandbox's pid 1 should have reported;
+    `unmapped`: the `unmapped_signs` to look for when the command's user namespace maps only its own ids."""
     out: list[str] = []
     if result.timed_out:
         out.append(f"timed out after {timeout:g} s (a real run has no time limit)" if timeout else "timed out")
@@ -50,6 +72,8 @@ def of_run(result: ProcessResult, facts: Mapping[str, Any] | None, *, limits: Li
     if facts:
         out += of_facts(facts, limits)
     out += [f"its output shows a different environment: {w.decode()!r}" for w in SIGNS if w in result.seen]
+    out += [f"its output shows an owner the sandbox's user namespace cannot map: {w.decode()!r}"
+            for w in unmapped if w in result.seen]
     return out
 
 

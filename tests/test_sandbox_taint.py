@@ -249,3 +249,51 @@ async def test_the_workspace_directory_itself_looks_real_and_a_change_to_it_tain
         taints = changed.taints()
     assert any("workspace directory itself" in t for t in taints), taints
     assert (workspace.root.stat().st_mode & 0o777) == 0o750
+
+
+@pytest.fixture
+async def user_mode(workspace: Workspace, state_base: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:  # noqa: F811
+    """The workspace, with the command in a user namespace that maps only its own ids (as for any user)."""
+    monkeypatch.setenv("TAO_SANDBOX_NAMESPACES", "user")
+    caps = await detect(state_base)
+    if caps.overlay_options is None or not caps.userns:
+        pytest.skip(f"no overlay through a user namespace here: {caps.notes.get('overlayfs')}")
+    return workspace
+
+
+async def test_chown_to_an_id_the_user_namespace_cannot_map_is_refused_and_taints(
+        user_mode: Workspace, state_base: Path) -> None:  # noqa: F811
+    """Inside, the kernel says EINVAL; a real run says EPERM (a user) or succeeds (root): never promoted."""
+    async with Overlay(user_mode, state_dir=state_base) as overlay:
+        result = await overlay.run(["sh", "-c", "chown 1234:1234 src/app.py; echo $?"])
+        assert "Invalid argument" not in result.text
+        taints = overlay.taints()
+    assert any("chown" in t and "does not map" in t for t in taints), taints
+
+
+async def test_chown_to_its_own_ids_and_setuid_unchanged_are_not_tainted(
+        user_mode: Workspace, state_base: Path) -> None:  # noqa: F811
+    script = f"import os; os.chown('src/app.py', {os.getuid()}, -1); os.setresuid(-1, -1, -1); print('ok')"
+    async with Overlay(user_mode, state_dir=state_base) as overlay:
+        result = await overlay.run([sys.executable, "-c", script])
+        assert result.text == "ok\n", result.text
+        assert overlay.taints() == []
+
+
+async def test_setuid_to_another_user_taints(user_mode: Workspace, state_base: Path) -> None:  # noqa: F811
+    async with Overlay(user_mode, state_dir=state_base) as overlay:
+        await overlay.run([sys.executable, "-c", "import os\ntry: os.setuid(4321)\nexcept OSError as e: print(e)"])
+        taints = overlay.taints()
+    assert any("setuid" in t for t in taints), taints
+
+
+async def test_a_file_of_an_unmapped_owner_shows_as_nobody_and_taints(
+        user_mode: Workspace, state_base: Path) -> None:  # noqa: F811
+    if os.geteuid() != 0:
+        pytest.skip("giving a file to another owner needs root")
+    os.chown(user_mode.root / "src" / "app.py", 4321, 4321)
+    async with Overlay(user_mode, state_dir=state_base) as overlay:
+        result = await overlay.run(["stat", "-c", "%U:%G", "src/app.py"])
+        taints = overlay.taints()
+    assert "4321" not in result.text  # what the real run would say, the run in the overlay cannot
+    assert any("cannot map" in t for t in taints), taints

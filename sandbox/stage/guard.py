@@ -9,6 +9,10 @@ read-only (no overlay over it), AF_UNIX sockets are refused too: a daemon's sock
 database's) would answer a bind-mounted path, while through an overlay it refuses. Syscalls of a foreign ABI (x32 and i386 on
 x86_64, arm32 on aarch64) get EPERM whatever they are, so no second table can bypass the first.
 
+In a user namespace that maps only the caller's own ids ("user" mode), a chown or set*id to any other id
+fails with EINVAL, where a real run gets EPERM (a user) or succeeds (root): those calls are refused too
+when an id argument is neither the mapped one nor -1 ("unchanged").
+
 A real run would have made those calls, so a refusal is a difference: where the kernel allows it, the
 filter hands each refused call to the sandbox's pid 1 (a user notification), which answers EPERM and
 counts it (`answer`), and the run is tainted for it.
@@ -38,6 +42,8 @@ NUMBERS = {
         "add_key": 248, "request_key": 249, "swapon": 167, "swapoff": 168, "reboot": 169, "settimeofday": 164,
         "clock_settime": 227, "clock_adjtime": 305, "adjtimex": 159, "acct": 163, "quotactl": 179,
         "quotactl_fd": 443, "iopl": 172, "ioperm": 173, "socket": 41,
+        "chown": 92, "fchown": 93, "lchown": 94, "fchownat": 260, "setuid": 105, "setgid": 106,
+        "setreuid": 113, "setregid": 114, "setresuid": 117, "setresgid": 119,
     },
     "aarch64": {  # the generic table; aarch64 has no port I/O calls
         "open_by_handle_at": 265, "name_to_handle_at": 264, "mount": 40, "umount2": 39, "pivot_root": 41,
@@ -47,8 +53,14 @@ NUMBERS = {
         "add_key": 217, "request_key": 218, "swapon": 224, "swapoff": 225, "reboot": 142, "settimeofday": 170,
         "clock_settime": 112, "clock_adjtime": 266, "adjtimex": 171, "acct": 89, "quotactl": 60,
         "quotactl_fd": 443, "socket": 198,
+        "fchownat": 54, "fchown": 55, "setregid": 143, "setgid": 144, "setreuid": 145, "setuid": 146,
+        "setresuid": 147, "setresgid": 149,
     },
 }
+# Calls that take ids: for each, which arguments are a uid ("u") or a gid ("g"), by position.
+ID_ARGS = {"chown": "-ug", "fchown": "-ug", "lchown": "-ug", "fchownat": "--ug", "setuid": "u", "setgid": "g",
+           "setreuid": "uu", "setregid": "gg", "setresuid": "uuu", "setresgid": "ggg"}
+UNCHANGED_ID = 0xFFFFFFFF
 AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 X32_SYSCALL_BIT = 0x40000000
 AF_UNIX, AF_VSOCK = 1, 40
@@ -68,9 +80,11 @@ SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
 NR_OFFSET, ARCH_OFFSET, ARG0_OFFSET = 0, 4, 16  # offsets in struct seccomp_data (arg0's low word, little-endian)
 
 
-def program(machine: str, *, unix_sockets: bool = True, notify: bool = False) -> list[tuple[int, int, int, int]]:
+def program(machine: str, *, unix_sockets: bool = True, notify: bool = False,
+            ids: tuple[int, int] | None = None) -> list[tuple[int, int, int, int]]:
     """The filter as (code, jt, jf, k) instructions for `machine`; its last instruction denies: EPERM, or
-    with `notify` a user notification for pid 1 to answer (and count)."""
+    with `notify` a user notification for pid 1 to answer (and count). `ids`: the only (uid, gid) the
+    command's user namespace maps, when it maps just those."""
     table = NUMBERS.get(machine)
     if table is None:
         raise StepFailed("seccomp", errno.ENOSYS, f"no system call table for {machine}; only x86_64 and aarch64")
@@ -80,11 +94,15 @@ def program(machine: str, *, unix_sockets: bool = True, notify: bool = False) ->
     if machine == "x86_64":
         steps.append(("deny-if", "ge", X32_SYSCALL_BIT))
     steps.extend(("deny-if", "eq", table[name]) for name in DENIED if name in table)
+    if ids is not None:
+        steps += id_checks(table, ids)
     families = [AF_VSOCK] if unix_sockets else [AF_VSOCK, AF_UNIX]
     steps += [("op", JEQ_K, 0, 1 + len(families), table["socket"]),  # not socket(): skip to the allow below
               ("op", LD_W_ABS, 0, 0, ARG0_OFFSET), *(("deny-if", "eq", family) for family in families),
               ("op", RET_K, 0, 0, RET_ALLOW), ("op", RET_K, 0, 0, RET_USER_NOTIF if notify else RET_ERRNO | errno.EPERM)]
     deny = len(steps) - 1
+    if deny > 255:
+        raise StepFailed("seccomp", errno.E2BIG, f"the filter's jumps reach past 255 instructions ({deny})")
     code: list[tuple[int, int, int, int]] = []
     for at, step in enumerate(steps):
         if step[0] == "op":
@@ -96,13 +114,29 @@ def program(machine: str, *, unix_sockets: bool = True, notify: bool = False) ->
     return code
 
 
-def install_filter(machine: str, *, unix_sockets: bool = True) -> int:
+def id_checks(table: dict[str, int], ids: tuple[int, int]) -> list[tuple]:
+    """For each id-taking call: allow it when every id argument is the mapped id or -1, else deny.
+    Expects the call's number in the accumulator; leaves it there for a call that is not one of these."""
+    steps: list[tuple] = []
+    for name, kinds in ID_ARGS.items():
+        if name not in table:
+            continue
+        checked = [(at, ids[0] if kind == "u" else ids[1]) for at, kind in enumerate(kinds) if kind != "-"]
+        steps.append(("op", JEQ_K, 0, 3 * len(checked) + 1, table[name]))  # another call: skip this block
+        for at, own in checked:
+            steps += [("op", LD_W_ABS, 0, 0, ARG0_OFFSET + 8 * at), ("op", JEQ_K, 1, 0, own),
+                      ("deny-if", "ne", UNCHANGED_ID)]
+        steps.append(("op", RET_K, 0, 0, RET_ALLOW))
+    return steps
+
+
+def install_filter(machine: str, *, unix_sockets: bool = True, ids: tuple[int, int] | None = None) -> int:
     """no_new_privs, then the seccomp filter, for this process and everything it execs. Returns the
     listener of refused calls (close-on-exec), or -1 on a kernel without user notifications (before 5.0):
     then the filter answers EPERM itself and refusals go unseen."""
     check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "seccomp", "no_new_privs")
     for notify in (True, False):
-        code = program(machine, unix_sockets=unix_sockets, notify=notify)
+        code = program(machine, unix_sockets=unix_sockets, notify=notify, ids=ids)
         raw = b"".join(struct.pack("HBBI", *ins) for ins in code)
         filters = ctypes.create_string_buffer(raw, len(raw))
         fprog = ctypes.create_string_buffer(struct.pack("HxxxxxxQ", len(code), ctypes.addressof(filters)), 16)
@@ -138,7 +172,10 @@ def call_name(machine: str, nr: int, arch: int, arg0: int) -> str:
         return f"a call of a foreign ABI (number {nr & ~X32_SYSCALL_BIT})"
     if nr == table.get("socket"):
         return f"socket({FAMILY_NAMES.get(arg0 & 0xFFFFFFFF, arg0)})"
-    return next((name for name, number in table.items() if number == nr), f"system call {nr}")
+    name = next((name for name, number in table.items() if number == nr), None)
+    if name in ID_ARGS:
+        return f"{name} (to an id the sandbox's user namespace does not map)"
+    return name or f"system call {nr}"
 
 
 def keep_file_powers() -> None:
