@@ -194,6 +194,7 @@ def test_command(rng: random.Random, tree: Tree) -> str:
         "ls -1 pkg", f"chown 1234:1234 {f} && stat -c '%u:%g' {f}", f"ln {f} hard_{n} && stat -c %h {f}",
         f"mkfifo pipe_{n} && ls", f"rm -rf other && ls", f"cat {f} {f} | sort | uniq -c",
         "seq 1 20000", f"echo out; cat {f} >&2; echo out2", "kill -TERM $$", "python3 -c 'print(\"x\" * 40000)'",
+        "python3 -c 'import os; os.setuid(4321)'", "stat -c '%U:%G' / /etc/passwd && id -u", "ls -ln / | head -3",
     ))
 
 
