@@ -1,20 +1,24 @@
-"""Approvals for shell commands that may change the workspace: an allow-list, a mode, and who decides.
+"""Approvals for calls that may change the workspace: an allow-list, a mode, and who decides.
 
     policy = load_policy(repo, yolo=args.yolo)       # ~/.config/tao/config.toml, then the repo's .tao.toml
-    verdict = await policy.decide(command)           # None: no approval needed (read-only or allow-listed)
+    request = request_for(call.name, call.arguments, tool.effect)  # None: the call only reads
+    verdict = await policy.decide(request.text, request.edit)  # None: no approval needed
 
 A bash command needs approval unless every simple command in it only reads (`ls`, `cat`, `grep`,
 `git diff`, ... as the speculation's shell reader judges them) or starts with an allow-listed prefix,
-with no redirection into a file and no command substitution. A command that needs it is then allowed by
-`--yolo`, by an earlier "always" for the same command, by the user through `ask` (the TUI's modal), or,
-when nobody can be asked (headless), by the `headless` rule of the policy. Config file:
+with no redirection into a file and no command substitution. Every call of a file tool that changes the
+workspace (edit_file, write_file) needs approval too. What needs it is then settled by the mode, by an
+earlier "always" for the same command or file, by the user through `ask` (the TUI's modal), or, when
+nobody can be asked (headless), by the `headless` rule of the policy. Config file:
 
     [approvals]
-    mode = "ask"                      # or "yolo": run every command without asking
+    mode = "ask"                      # read-only | ask (default) | auto-edit | full-auto (alias: yolo)
     allow = ["pytest", "make test"]   # command prefixes that never ask (added to the defaults)
     headless = "allow"                # what a run with nobody to ask does: "allow" (default) or "deny"
 
-A repository's `.tao.toml` may extend `allow` and set `headless = "deny"`, never turn on yolo.
+Modes: read-only refuses every change; ask asks about commands and edits; auto-edit lets edits run and
+asks about commands; full-auto (`--yolo`) runs everything. A repository's `.tao.toml` may extend `allow`
+and make the policy stricter (a stricter mode, `headless = "deny"`), never looser.
 """
 
 from __future__ import annotations
@@ -25,13 +29,31 @@ import tomllib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from harness.errors import UsageError
 from harness.speculation.shell import ShellSyntax, parse
 from harness.speculation.shellmap import readonly, strip_assignments
+from tools.base import Effect
 
 DEFAULT_ALLOW = ("pytest", "python -m pytest", "python3 -m pytest")
+SHELL_TOOL = "bash"  # the tool whose commands the allow-list judges; other mutating tools are edits
 _HARMLESS_REDIRECTS = {">/dev/null", "2>/dev/null", "2>&1", ">&2", "1>&2", "&>/dev/null"}
+_CONFIG = "[approvals] in ~/.config/tao/config.toml"
+
+
+@dataclass(frozen=True)
+class Mode:
+    """What a mode does with a call that needs approval: True runs it, False refuses it, None asks."""
+
+    commands: bool | None
+    edits: bool | None
+
+
+# From the strictest to the loosest; a repository's .tao.toml may only move the mode to the left.
+MODES = {"read-only": Mode(False, False), "ask": Mode(None, None), "auto-edit": Mode(None, True),
+         "full-auto": Mode(True, True)}
+ALIASES = {"yolo": "full-auto"}  # the older name, and what --yolo sets
 
 
 @dataclass(frozen=True)
@@ -44,14 +66,34 @@ class Answer:
 
 @dataclass(frozen=True)
 class Verdict:
-    """The decision on one command, as the `approval` event records it."""
+    """The decision on one call, as the `approval` event records it, and what the model is told if refused."""
 
     allow: bool
-    by: str  # user, always, yolo or headless
-    message: str = ""
+    by: str  # user, always, headless, or the mode that decided (read-only, auto-edit, full-auto, yolo)
+    message: str = ""  # the user's words with a denial
+    reason: str = ""  # the observation the model gets instead of the call's result
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a call asks leave to do: the words the user reads and the `approval` event records."""
+
+    text: str  # the shell command, or the tool and the file it changes
+    edit: bool  # a file tool's change, not a shell command
 
 
 Ask = Callable[[str], Awaitable[Answer]]
+
+
+def request_for(name: str, arguments: dict[str, Any], effect: Effect) -> Request | None:
+    """The leave a call needs before it runs: its shell command, or the file a mutating tool changes."""
+    if name == SHELL_TOOL:
+        command = arguments.get("command")
+        return Request(command, edit=False) if isinstance(command, str) else None
+    if effect is not Effect.MUTATING:
+        return None
+    path = arguments.get("path")
+    return Request(f"{name} {path}" if isinstance(path, str) else name, edit=True)
 
 
 def needs_approval(command: str, allow: tuple[str, ...] = DEFAULT_ALLOW) -> bool:
@@ -81,26 +123,46 @@ class ApprovalPolicy:
     allow: tuple[str, ...] = DEFAULT_ALLOW
     headless: str = "allow"
     ask: Ask | None = None
-    always: set[str] = field(default_factory=set)  # commands the user allowed for this session
+    always: set[tuple[bool, str]] = field(default_factory=set)  # (edit, text) the user allowed for the session
 
     def with_ask(self, ask: Ask | None) -> ApprovalPolicy:
         """The same policy, asking through `ask` (the front end's question to the user)."""
         return replace(self, ask=ask, always=set(self.always))
 
-    async def decide(self, command: str) -> Verdict | None:
-        """None when the command needs no approval; else who allowed or refused it."""
-        if not needs_approval(command, self.allow):
+    async def decide(self, command: str, edit: bool = False) -> Verdict | None:
+        """None when the call needs no approval; else who allowed or refused it, and what the model is told."""
+        if not edit and not needs_approval(command, self.allow):
             return None
-        if self.mode == "yolo":
-            return Verdict(True, "yolo")
-        if command in self.always:
+        what = "edit" if edit else "command"
+        mode = MODES[ALIASES.get(self.mode, self.mode)]
+        settled = mode.edits if edit else mode.commands
+        if settled is not None:
+            return Verdict(settled, self.mode, reason="" if settled else self._mode_refusal(what))
+        if (edit, command) in self.always:
             return Verdict(True, "always")
         if self.ask is None:
-            return Verdict(self.headless == "allow", "headless")
+            allowed = self.headless == "allow"
+            return Verdict(allowed, "headless", reason="" if allowed else self._headless_refusal(what))
         answer = await self.ask(command)
         if answer.choice == "always":
-            self.always.add(command)
-        return Verdict(answer.choice in ("once", "always"), "user", answer.message)
+            self.always.add((edit, command))
+        allowed = answer.choice in ("once", "always")
+        said = f" They said: {answer.message}" if answer.message else ""
+        return Verdict(allowed, "user", answer.message,
+                       "" if allowed else f"The user did not allow this {what}, so it was not run.{said}")
+
+    def _mode_refusal(self, what: str) -> str:
+        """Why the mode refused a call without asking anyone, and how the user can allow it."""
+        return (f"Not run: the approval policy refused this {what} without asking anyone (approval mode "
+                f"\"{self.mode}\" refuses every change to the workspace). Work without changing files, or tell "
+                f"the user that allowing changes takes mode = \"ask\", \"auto-edit\" or \"full-auto\" under {_CONFIG}.")
+
+    def _headless_refusal(self, what: str) -> str:
+        """Why a run with nobody to ask refused a call, and how the user can allow it."""
+        loosest = "auto-edit" if what == "edit" else "full-auto"
+        return (f"Not run: nobody can be asked in this run, and the approval policy refuses what would need "
+                f"asking (mode \"{self.mode}\", headless = \"deny\"). Tell the user that allowing this {what} "
+                f"takes headless = \"allow\" or mode = \"{loosest}\" under {_CONFIG}, or --yolo.")
 
 
 def config_paths(repo: Path) -> tuple[Path, Path]:
@@ -110,7 +172,7 @@ def config_paths(repo: Path) -> tuple[Path, Path]:
 
 
 def load_policy(repo: Path, yolo: bool = False) -> ApprovalPolicy:
-    """The policy from the config files (user first, then the repository's), and `--yolo`."""
+    """The policy from the config files (user first, then the repository's, which may only tighten it), and `--yolo`."""
     user, project = config_paths(repo)
     policy = ApprovalPolicy()
     for path, trusted in ((user, True), (project, False)):
@@ -118,12 +180,19 @@ def load_policy(repo: Path, yolo: bool = False) -> ApprovalPolicy:
         mode = section.get("mode", policy.mode)
         headless = section.get("headless", policy.headless)
         allow = section.get("allow", [])
-        if mode not in ("ask", "yolo") or headless not in ("allow", "deny") or not isinstance(allow, list):
-            raise UsageError(f"{path}: [approvals] takes mode = \"ask\"|\"yolo\", headless = \"allow\"|\"deny\" "
-                             "and allow = [\"command prefix\", ...]")
-        policy = replace(policy, mode=mode if trusted else policy.mode, headless=headless,
-                         allow=policy.allow + tuple(str(item) for item in allow))
+        if mode not in (*MODES, *ALIASES) or headless not in ("allow", "deny") or not isinstance(allow, list):
+            raise UsageError(f"{path}: [approvals] takes mode = \"read-only\"|\"ask\"|\"auto-edit\"|\"full-auto\", "
+                             "headless = \"allow\"|\"deny\" and allow = [\"command prefix\", ...]")
+        if not trusted:  # a repository's own file may not loosen what the user set
+            mode = mode if _looseness(mode) < _looseness(policy.mode) else policy.mode
+            headless = "deny" if "deny" in (headless, policy.headless) else "allow"
+        policy = replace(policy, mode=mode, headless=headless, allow=policy.allow + tuple(str(item) for item in allow))
     return replace(policy, mode="yolo") if yolo else policy
+
+
+def _looseness(mode: str) -> int:
+    """A mode's place from the strictest (0) to the loosest."""
+    return list(MODES).index(ALIASES.get(mode, mode))
 
 
 def _read(path: Path) -> dict:

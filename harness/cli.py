@@ -23,15 +23,17 @@ from pathlib import Path
 from harness.approval import load_policy
 from harness.engine.factory import ENGINES, EngineOptions, open_engine
 from harness.errors import EngineUnavailable, TaoError, UsageError
-from harness.events import SessionEnd, TrajectoryWriter
+from harness.events import Event, LLMEnd, SessionEnd, TrajectoryWriter, TurnEnd, UserMessage
+from harness.history import LAST, choose_session, load_saved, new_trajectory, rebuild, unanswered
 from harness.log import HumanLog
-from harness.session import Session, SessionConfig
+from harness.session import Outcome, Session, SessionConfig
 from harness.shutdown import terminate_as_interrupt
 from harness.speculation.model import PatternModel, installed_model
 from harness.speculation.past import PAST_SECONDS, past_sessions
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
 from tools import default_tools
+from tools.base import Observation
 
 EXIT_CODES = {"finished": 0, "error": 1, "limit": 3, "interrupted": 130}
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -87,6 +89,15 @@ def add_session_flags(parser: argparse.ArgumentParser) -> None:
                         help="learned pattern model for speculation (default ~/.cache/tao/patterns.json "
                              "if present; build one with `tao traces learn`); each session first adapts it "
                              "to your 20 newest past sessions in the state folder")
+    try:
+        parser.add_argument("--resume", nargs="?", const=LAST, metavar="TRAJECTORY",
+                            help="continue a saved session to its end, in its own repository and trajectory file: "
+                                 "the given file, or the last session of this repository (the engine and limits "
+                                 "come from this command's flags)")
+    except argparse.ArgumentError:
+        pass  # `tao tui` defines its own --resume, with the same meaning
+    parser.add_argument("--continue", dest="resume", action="store_const", const=LAST,
+                        help="continue the last session of this repository (--resume without a file)")
 
 
 def engine_options(args: argparse.Namespace) -> EngineOptions:
@@ -95,30 +106,109 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
                          max_model_len=args.max_model_len)
 
 
-async def run_session(task: str, repo: Path, args: argparse.Namespace) -> SessionEnd:
-    """Open the engine, run one session with the chosen sinks, close everything."""
+async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Path | None = None) -> SessionEnd:
+    """Open the engine, run one session with the chosen sinks, close everything; with `saved`, the session of that
+    trajectory goes on to its end (in its own repository and file) instead of a new one."""
     if args.max_steps < 1 or args.max_time <= 0:
         raise UsageError("--max-steps must be at least 1 and --max-time positive")
+    if saved is None and getattr(args, "resume", None) is not None:
+        raise UsageError("this command always starts a new session; continue a saved one with `tao run --resume`")
+    events, repo = resumable(saved, args) if saved is not None else (None, repo)
+    trajectory = saved or new_trajectory(args.trajectory or default_trajectory_path())
     analyzer = None if args.no_speculation else Analyzer(session_patterns(args.patterns, announce=True))
     config = SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time, max_tokens=args.max_tokens)
     workspace = Workspace(repo)
     engine = await open_engine(engine_options(args))  # before the trajectory: a failed start leaves no file
-    trajectory = args.trajectory or default_trajectory_path()
     writer = TrajectoryWriter(trajectory)
     sinks = [writer.write, HumanLog(sys.stderr)]
     if args.json:
         sinks.append(lambda event: print(event.to_json(), flush=True))
     try:
         tools = default_tools(test_command=args.test_command)
-        end = await Session(task, engine, workspace, tools, config, sinks, analyzer=analyzer,
-                            warm=not args.no_warm, provisional=args.provisional,
-                            approval=load_policy(repo, yolo=args.yolo)).run()
+        session = (Session if events is None else Continued)(
+            task, engine, workspace, tools, config, sinks, analyzer=analyzer, warm=not args.no_warm,
+            provisional=args.provisional, approval=load_policy(repo, yolo=args.yolo))
+        if events is not None:
+            replay_the_rest(engine, events)
+            session.restore(events)
+        end = await session.run()
     finally:
         writer.close()
         workspace.close()
         await engine.close()
     print(f"trajectory: {trajectory}", file=sys.stderr)
     return end
+
+
+STOPPED = ("[not run to the end: the session stopped before this call's result was recorded; "
+           "run it again if you still need its result]")
+
+
+class Continued(Session):
+    """A headless session restored from its trajectory: it goes on with the saved work at once, where an interactive
+    one would wait for the user's next message."""
+
+    def restore(self, events: list[Event]) -> None:
+        """As Session.restore, and keep the calls the stopped run left without a result, to answer them first."""
+        super().restore(events)
+        self._open = unanswered(events)
+
+    async def next_message(self, outcome: Outcome | None) -> bool:
+        """True at the start, after answering the calls left open (every call the model made gets an answer);
+        False once the work is done: a headless session takes no follow-ups."""
+        if outcome is not None:
+            return False
+        if self._open:
+            self.workspace.bump()  # a stopped call may have left the tree half changed, as after an interrupt
+        for call in list(self._open):
+            self.answer(call, Observation(STOPPED, is_error=True), 0.0)
+        return True
+
+
+def saved_session(resume: str, repo: Path) -> Path:
+    """The trajectory `--resume` names: the given file, or (LAST) the newest session that ran in `repo`."""
+    if resume == LAST:
+        return choose_session(state_dir() / "trajectories", repo)
+    path = Path(resume).expanduser()
+    if not path.is_file():
+        raise UsageError(f"--resume {path}: no such trajectory file; give a saved session's .jsonl, or use "
+                         "--continue for the last session of this repository")
+    return path
+
+
+def resumable(saved: Path, args: argparse.Namespace) -> tuple[list[Event], Path]:
+    """The events of the saved session that `--resume` continues, and its repository; a UsageError (exit code 2)
+    when it cannot go on: damaged, already finished, or its repository gone."""
+    if args.trajectory is not None and args.trajectory.resolve() != saved.resolve():
+        raise UsageError(f"--trajectory {args.trajectory} with --resume {saved}: a resumed session goes on in its own "
+                         "file; leave out --trajectory")
+    events = load_saved(saved)
+    history = rebuild(events, native_tools=False)
+    ends = [index for index, event in enumerate(events) if isinstance(event, (TurnEnd, SessionEnd))]
+    asked = ends and any(isinstance(event, UserMessage) for event in events[ends[-1]:])  # a follow-up not worked on
+    if history.status == "finished" and not asked:
+        raise UsageError(f"the session in {saved} already finished ({history.reason}); nothing is left to continue. "
+                         f"Send it a follow-up in the TUI with `tao --resume {saved}`, or start a new session")
+    repo = Path(history.start.repo)
+    if not repo.is_dir():
+        raise UsageError(f"the session in {saved} ran in {repo}, which is no longer a directory; it cannot go on")
+    print(f"resuming {saved}: {history.steps} steps taken, last {history.status} ({history.reason})", file=sys.stderr)
+    return events, repo
+
+
+def replay_the_rest(engine: object, events: list[Event]) -> None:
+    """A replayed run that is resumed goes on with the recording's next turn, not its first: the turns the saved
+    session already took are skipped (as ForcedReplayEngine picks a turn by the answers so far), so the same
+    --replay FILE plays a killed run to its end."""
+    from harness.engine.replay import Recording, ReplayEngine
+
+    if not isinstance(engine, ReplayEngine):
+        return
+    taken, turns = sum(isinstance(event, LLMEnd) for event in events), engine.recording.turns
+    if taken >= len(turns):
+        raise UsageError(f"the replay file has {len(turns)} turns and the saved session already took {taken}; "
+                         "nothing is left to replay")
+    engine.recording = Recording(turns[taken:], engine.recording.task)
 
 
 def load_patterns(path: Path | None) -> PatternModel:
@@ -150,6 +240,8 @@ def session_patterns(path: Path | None, announce: bool = False) -> PatternModel:
 
 def resolve_task(args: argparse.Namespace) -> str:
     """The task from the argument, a file (@path), or the replayed recording."""
+    if args.engine == "replay" and args.replay is None:
+        raise UsageError("--engine replay needs --replay FILE (a recorded trajectory .jsonl or a JSON turn script)")
     task = args.task
     if task and task.startswith("@"):
         path = Path(task[1:])
@@ -171,7 +263,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"--repo {repo} is not a directory")
     if not args.headless and not args.json and sys.stdin.isatty() and sys.stdout.isatty():
         return cmd_tui(args, task=resolve_task(args) if args.task or args.replay else "")
-    end = asyncio.run(run_session(resolve_task(args), repo, args))
+    if args.resume is not None:
+        if args.task:
+            raise UsageError("--resume continues the saved session's own task; leave out the task (send follow-ups "
+                             "in the TUI: `tao --resume`), or start a new session without --resume")
+        end = asyncio.run(run_session("", repo, args, saved=saved_session(args.resume, repo)))
+    else:
+        end = asyncio.run(run_session(resolve_task(args), repo, args))
     return EXIT_CODES.get(end.status, 1)
 
 
@@ -198,10 +296,40 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_tui(args: argparse.Namespace, task: str = "") -> int:
-    """Open the terminal UI (the tui package, imported only here)."""
+    """Open the terminal UI (the tui package, imported only here, and only on a terminal)."""
+    if problem := terminal_problem():
+        raise UsageError(problem)
     from tui.app import main as tui_main
 
     return tui_main(args, Path(args.repo).expanduser(), task=task, resume=getattr(args, "resume", None))
+
+
+def terminal_problem() -> str | None:
+    """Why the TUI cannot open here (its input or output is not a terminal), or None: without one it would
+    draw escape codes into a pipe forever, so `tao` says so before textual or an engine is loaded."""
+    missing = [name for name, stream in (("input", sys.stdin), ("output", sys.stdout))
+               if stream is None or not stream.isatty()]
+    if not missing:
+        return None
+    which = f"its {missing[0]} is not one" if len(missing) == 1 else "its input and output are not terminals"
+    return (f"the terminal UI needs a terminal, but {which} (a pipe, a file or /dev/null).\n"
+            '  To run a task without a terminal: tao run --headless "TASK" '
+            "(add --json for one JSON event per line on stdout).")
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """`parser.parse_args`, but an unknown flag is reported with the usage of the (sub)command it was given
+    to (`tao run --frobnicate` shows `tao run`'s usage), not the top-level one."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        chosen = parser
+        while sub := next((a for a in chosen._actions if isinstance(a, argparse._SubParsersAction)), None):
+            name = getattr(args, sub.dest, None)
+            if name not in sub.choices:
+                break
+            chosen = sub.choices[name]
+        chosen.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -264,7 +392,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["tui", *argv]  # `tao` and `tao --resume` open the TUI
-    args = build_parser().parse_args(argv)
+    if argv[0] == "tui" and not {"-h", "--help"} & set(argv) and (problem := terminal_problem()):
+        print(f"tao: {problem}", file=sys.stderr)  # before building the parser: fast, even from a script
+        return 2
+    args = parse_args(build_parser(), argv)
     terminate_as_interrupt()
     try:
         return args.func(args)

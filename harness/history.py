@@ -7,6 +7,7 @@ model as it was generated, each tool result, each format error and each follow-u
 
 from __future__ import annotations
 
+import json
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from harness import protocol
 from harness.errors import UsageError
 from harness.events import (Event, EventDecodeError, FormatError, LLMEnd, SessionEnd, SessionStart, ToolResult,
                             TurnEnd, UserMessage, read_trajectory)
+
+LAST = "last"  # what `--resume` without a file stands for: the newest saved session of this repository
 
 
 def assistant_message(raw: str, native: list[dict[str, Any]] | None, has_calls: bool) -> dict[str, Any]:
@@ -96,3 +99,73 @@ def saved_sessions(folder: Path) -> list[Path]:
         if stat.S_ISREG(info.st_mode):
             dated.append((info.st_mtime, path))
     return [path for _, path in sorted(dated, key=lambda item: item[0], reverse=True)]
+
+
+def unanswered(events: list[Event]) -> list[protocol.ParsedCall]:
+    """The calls of the last answer that got no result, in order: a run killed mid-step left them open, and the
+    model (native tools above all) must see every call it made answered before it is asked again."""
+    last = next((i for i in range(len(events) - 1, -1, -1) if isinstance(events[i], LLMEnd)), None)
+    if last is None:
+        return []
+    answer = events[last]
+    assert isinstance(answer, LLMEnd)
+    if answer.tool_calls:
+        calls, errors = protocol.parse_native_calls(answer.tool_calls)
+    else:
+        parser = protocol.CallParser(id_prefix=f"call_{answer.step}")  # the ids the session gave them
+        parser.feed(answer.text)
+        parser.finish()
+        calls, errors = parser.calls, parser.errors
+    after = events[last + 1:]
+    if any(isinstance(event, UserMessage) for event in after):
+        return []  # the user spoke since: that turn was closed
+    answered = {event.call_id for event in after if isinstance(event, ToolResult)}
+    ordered = [call for call, _ in protocol.in_order(calls, errors, bool(answer.tool_calls))[0]]
+    return [call for call in ordered if call.call_id not in answered and call.name != "finish"]
+
+
+def session_repo(path: Path) -> str | None:
+    """The repository a saved session ran in, from its first line; None when that line is no session_start."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            data = json.loads(handle.readline() or "{}")
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("type") != "session_start" or not isinstance(data.get("repo"), str):
+        return None
+    return data["repo"]
+
+
+def last_session(folder: Path, repo: Path) -> Path | None:
+    """The newest saved session that ran in `repo`; another repository's session never stands in for it."""
+    root = str(repo.resolve())
+    return next((path for path in saved_sessions(folder) if session_repo(path) == root), None)
+
+
+def choose_session(folder: Path, repo: Path) -> Path:
+    """The newest saved session of `repo`; a UsageError (exit code 2) when it has none, saying how to choose one.
+
+    Resuming another repository's session would run its task there, not here: that needs the user to name it.
+    """
+    path = last_session(folder, repo)
+    if path is not None:
+        return path
+    others = [(path, ran) for path in saved_sessions(folder) if (ran := session_repo(path)) is not None]
+    listed = "".join(f"\n  {path}  (ran in {ran})" for path, ran in others[:3])
+    newest = f"; the newest sessions of other repositories:{listed}\n" if others else ". "
+    raise UsageError(f"no saved session of {repo.resolve()} to resume in {folder}{newest}"
+                     f"Resume one by its file with --resume FILE (`ls -t {folder}` lists them, newest first), "
+                     "or start a new session without --resume")
+
+
+def new_trajectory(path: Path) -> Path:
+    """`path` for a new session's trajectory; a UsageError (exit code 2) when it already holds events, since a
+    second session appended to them would make one file of two sessions that neither resumes nor replays."""
+    try:
+        taken = path.is_dir() or path.stat().st_size > 0  # an empty file (from mktemp) holds nothing to keep
+    except OSError:
+        return path  # absent (or unreadable, which the writer then reports)
+    if taken:
+        raise UsageError(f"--trajectory {path} already exists and a new session would be appended to it. "
+                         f"Continue that session with `tao run --resume {path}`, or choose a new path")
+    return path

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from harness.engine.base import engine_load
 from harness.engine.factory import EngineOptions, open_engine
 from harness.errors import UsageError
 from harness.events import SessionStart, TrajectoryWriter
-from harness.history import load_saved, saved_sessions
+from harness.history import choose_session, load_saved, new_trajectory, saved_sessions, session_repo
 from harness.session import EventSink, Session, SessionConfig
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
@@ -75,13 +74,14 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
     from harness.cli import default_trajectory_path, session_patterns
 
     history = load_saved(resume) if resume is not None else None
+    trajectory = resume or new_trajectory(options.trajectory or default_trajectory_path())
     start = next((e for e in history or [] if isinstance(e, SessionStart)), None)
     repo = Path(start.repo) if start is not None else options.repo
     if not repo.is_dir():
         raise UsageError(f"the session's repository {repo} is not a directory")
     analyzer = Analyzer(await asyncio.to_thread(session_patterns, options.patterns))
     engine = await open_engine(options.engine)
-    writer = TrajectoryWriter(resume or options.trajectory or default_trajectory_path())
+    writer = TrajectoryWriter(trajectory)
     workspace = Workspace(repo)
     try:
         session = Session(start.task if start else task, engine, workspace,
@@ -100,23 +100,12 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
 
 
 def last_trajectory(trajectories: Path, repo: Path | None = None) -> Path | None:
-    """The newest trajectory in the folder, preferring one whose session ran in `repo`."""
-    paths = saved_sessions(trajectories)
-    if repo is not None:
-        root = str(repo.resolve())
-        for path in paths:
-            if _first_event(path).get("repo") == root:
-                return path
-    return next((path for path in paths if _first_event(path).get("type") == "session_start"), None)
-
-
-def _first_event(path: Path) -> dict[str, Any]:
-    try:
-        with path.open(encoding="utf-8") as handle:
-            data = json.loads(handle.readline() or "{}")
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+    """The newest session in the folder that ran in `repo` (with no `repo`, the newest of any); None when the folder
+    holds none. With a `repo` that has none, a UsageError says so and how to choose one: another repository's
+    session is never reopened in its place."""
+    if repo is not None and saved_sessions(trajectories):
+        return choose_session(trajectories, repo)
+    return next((path for path in saved_sessions(trajectories) if session_repo(path) is not None), None)
 
 
 def engine_status(engine: Any) -> dict[str, Any]:

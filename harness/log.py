@@ -19,6 +19,11 @@ def visible(text: str) -> str:
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
+def counted(n: int, noun: str) -> str:
+    """`n` and the noun in the right number ("1 step", "6 steps"), so messages read as people write."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def _preview(text: str, lines: int = PREVIEW_LINES) -> str:
     parts = text.splitlines()
     shown = "\n".join("    " + line[:160] for line in parts[:lines])
@@ -67,5 +72,5 @@ class HumanLog:
                         f"{event.saved:.2f}s saved, {event.wasted:.2f} CPU-s wasted")
             case SessionEnd():
                 summary = f"\n    summary: {event.summary}" if event.summary else ""
-                return f"{stamp} session {event.status} after {event.steps} steps: {event.reason}{summary}"
+                return f"{stamp} session {event.status} after {counted(event.steps, 'step')}: {event.reason}{summary}"
         return None

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from harness import protocol
-from harness.approval import ApprovalPolicy
+from harness.approval import ApprovalPolicy, request_for
 from harness.engine.base import Chunk, Engine, LLMRequest, Usage
 from harness.errors import EngineError, Finished, Interrupted, LimitExceeded, SessionStop
 from harness.events import (Approval, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken, LLMStart,
@@ -39,7 +39,6 @@ EventSink = Callable[[Event], None]
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
 PREFIX_CHARS = 8  # first-argument characters after which moment (c) predicts once more
-SHELL_TOOL = "bash"  # the tool whose commands the approval policy judges
 
 
 @dataclass(frozen=True)
@@ -84,7 +83,7 @@ class Session:
 
         `warm` pre-fills the next prompt on a guessed observation while a slow tool runs; `provisional`
         also starts the next Think step on it (both need speculation and a prefix-caching engine).
-        `approval` judges shell commands before they run (None: all run). An `interactive` session waits
+        `approval` judges shell commands and edits before they run (None: all run). An `interactive` session waits
         for follow-up messages (`send`) after each piece of work; `live_sinks` also get llm_delta events.
         """
         self.task, self.engine, self.workspace, self.config = task, engine, workspace, config
@@ -239,7 +238,7 @@ class Session:
             observation = Observation(f"Unknown tool '{protocol.printable(call.name)}'. Available tools: "
                                       f"{', '.join(sorted(self.tools))}.", is_error=True)
         else:
-            observation = await self.refusal(call) or await self.execute(call, tool)
+            observation = await self.refusal(call, tool) or await self.execute(call, tool)
         self.answer(call, observation, time.monotonic() - started)
         return observation
 
@@ -271,20 +270,17 @@ class Session:
         if call in self._open:
             self._open.remove(call)
 
-    async def refusal(self, call: protocol.ParsedCall) -> Observation | None:
-        """Ask the approval policy about a shell command; the observation the model gets if it was refused."""
-        command = call.arguments.get("command")
-        if self.approval is None or call.name != SHELL_TOOL or not isinstance(command, str):
+    async def refusal(self, call: protocol.ParsedCall, tool: Tool) -> Observation | None:
+        """Ask the approval policy about a shell command or an edit; the observation the model gets if refused."""
+        request = request_for(call.name, call.arguments, tool.effect)
+        if self.approval is None or request is None:
             return None
-        verdict = await self.approval.decide(command)
+        verdict = await self.approval.decide(request.text, request.edit)
         if verdict is None:
             return None
-        self.emit(Approval(self.now(), self.steps, call.call_id, command, "allow" if verdict.allow else "deny",
+        self.emit(Approval(self.now(), self.steps, call.call_id, request.text, "allow" if verdict.allow else "deny",
                            verdict.by, verdict.message))
-        if verdict.allow:
-            return None
-        said = f" They said: {verdict.message}" if verdict.message else ""
-        return Observation(f"The user did not allow this command, so it was not run.{said}", is_error=True)
+        return None if verdict.allow else Observation(verdict.reason, is_error=True)
 
     async def open_stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
         """The engine's answer; a provisional step already started on the right guess is adopted."""

@@ -10,10 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from harness.approval import Answer, ApprovalPolicy, load_policy, needs_approval
+from harness.approval import Answer, ApprovalPolicy, Request, load_policy, needs_approval, request_for
+from harness.engine.replay import Recording, ReplayEngine, Turn
 from harness.errors import UsageError
+from harness.events import Approval, Event, ToolResult
+from harness.session import Session
+from sandbox import Workspace
 from tests.helpers import ROOT, make_calc_repo
-from tests.test_tui_support import call
+from tests.test_tui_support import TURNS, call
+from tools import default_tools
+from tools.base import Effect
 
 
 @pytest.mark.parametrize("command", ["ls -la", "cat calc/ops.py | grep add", "git diff", "grep -rn def . 2>/dev/null",
@@ -81,3 +87,89 @@ def test_headless_runs_follow_the_policy_and_say_so(tmp_path: Path, config: str,
     [approval] = [e for e in events if e["type"] == "approval"]
     assert (approval["command"], approval["decision"], approval["by"]) == ("touch NOTES", decision, "headless")
     assert (repo / "NOTES").exists() == (decision == "allow")
+    told = next(e["output"] for e in events if e["type"] == "tool_result" and e["name"] == "bash")
+    assert "did not allow" not in told  # nobody was asked, so the model hears it was the policy
+    assert ('headless = "deny"' in told) == (decision == "deny")
+
+
+@pytest.mark.parametrize("mode, command, edit", [("read-only", False, False), ("ask", "asked", "asked"),
+                                                 ("auto-edit", "asked", True), ("full-auto", True, True),
+                                                 ("yolo", True, True)])
+async def test_modes_settle_commands_and_edits(mode: str, command: bool | str, edit: bool | str) -> None:
+    asked: list[str] = []
+
+    async def ask(text: str) -> Answer:
+        asked.append(text)
+        return Answer("once")
+
+    policy = ApprovalPolicy(mode=mode).with_ask(ask)
+    assert await policy.decide("cat README") is None  # reads never ask, whatever the mode
+    for text, is_edit, expected in (("touch NOTES", False, command), ("edit_file calc/ops.py", True, edit)):
+        verdict = await policy.decide(text, is_edit)
+        assert (verdict.allow, verdict.by) == ((True, "user") if expected == "asked" else (expected, mode))
+        assert (text in asked) == (expected == "asked")
+
+
+def test_file_tools_that_change_the_workspace_need_leave() -> None:
+    assert request_for("edit_file", {"path": "calc/ops.py", "old": "a", "new": "b"}, Effect.MUTATING) == \
+        Request("edit_file calc/ops.py", edit=True)
+    assert request_for("write_file", {"path": "NOTES", "content": ""}, Effect.MUTATING) == \
+        Request("write_file NOTES", edit=True)
+    assert request_for("bash", {"command": "touch x"}, Effect.MUTATING) == Request("touch x", edit=False)
+    assert request_for("read_file", {"path": "calc/ops.py"}, Effect.PURE) is None
+    assert request_for("run_tests", {}, Effect.SANDBOXED) is None
+
+
+async def test_refusals_without_asking_name_the_policy_not_the_user() -> None:
+    headless = await ApprovalPolicy(headless="deny").decide("rm x")
+    assert "user did not allow" not in headless.reason
+    assert 'headless = "deny"' in headless.reason and 'headless = "allow"' in headless.reason
+    read_only = await ApprovalPolicy(mode="read-only").decide("edit_file a.py", edit=True)
+    assert "user did not allow" not in read_only.reason
+    assert '"read-only"' in read_only.reason and 'mode = "ask"' in read_only.reason
+
+    async def deny(text: str) -> Answer:
+        return Answer("deny", "not now")
+
+    by_user = await ApprovalPolicy().with_ask(deny).decide("rm x")
+    assert by_user.reason == "The user did not allow this command, so it was not run. They said: not now"
+
+
+def test_a_repository_may_tighten_the_mode_but_never_loosen_it(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    user = tmp_path / "config" / "tao" / "config.toml"
+    user.parent.mkdir(parents=True)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    user.write_text('[approvals]\nmode = "auto-edit"\nheadless = "deny"\n')
+    (repo / ".tao.toml").write_text('[approvals]\nmode = "read-only"\nheadless = "allow"\n')
+    assert (load_policy(repo).mode, load_policy(repo).headless) == ("read-only", "deny")
+    (repo / ".tao.toml").write_text('[approvals]\nmode = "full-auto"\n')
+    assert load_policy(repo).mode == "auto-edit"
+    user.write_text('[approvals]\nmode = "sometimes"\n')
+    with pytest.raises(UsageError, match="auto-edit"):
+        load_policy(repo)
+
+
+async def test_edits_ask_and_a_denial_reaches_the_model_and_the_trajectory(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    before = (repo / "calc" / "ops.py").read_text()
+    asked: list[str] = []
+
+    async def deny(text: str) -> Answer:
+        asked.append(text)
+        return Answer("deny", "keep the subtraction")
+
+    events: list[Event] = []
+    engine = ReplayEngine(Recording([Turn(TURNS[2]), Turn(call("finish", summary="left alone"))]))
+    session = Session("fix add", engine, Workspace(repo), default_tools(), sinks=[events.append],
+                      approval=ApprovalPolicy().with_ask(deny))
+    await session.run()
+    assert asked == ["edit_file calc/ops.py"]
+    [approval] = [e for e in events if isinstance(e, Approval)]
+    assert (approval.command, approval.decision, approval.by, approval.message) == (
+        "edit_file calc/ops.py", "deny", "user", "keep the subtraction")
+    [result] = [e for e in events if isinstance(e, ToolResult)]
+    assert result.is_error and result.output.endswith("They said: keep the subtraction")
+    assert (repo / "calc" / "ops.py").read_text() == before

@@ -71,3 +71,61 @@ def test_a_session_adapts_speculation_to_the_users_past_sessions(tmp_path: Path)
     second = tao(*replay, "--repo", str(make_calc_repo(tmp_path / "b")), state=tmp_path / "state")
     assert second.returncode == 0, second.stderr
     assert "speculation: adapted to your past sessions (1 newest" in second.stderr
+
+
+def tao_without_terminal(*args: str, stdin: int | None = subprocess.DEVNULL) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a script would: output piped, input from /dev/null unless `stdin` says otherwise."""
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], cwd=ROOT, stdin=stdin,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_tui_without_a_terminal_says_so_and_exits(tmp_path: Path) -> None:
+    for args in ((), ("tui",), ("--resume",), ("tui", "--repo", str(tmp_path))):
+        result = tao_without_terminal(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "needs a terminal" in result.stderr and 'tao run --headless "TASK"' in result.stderr, args
+        assert "--json" in result.stderr and "\x1b" not in result.stdout and "Traceback" not in result.stderr
+    helped = tao_without_terminal("tui", "--help")
+    assert helped.returncode == 0 and "usage: tao tui" in helped.stdout
+
+
+def test_the_tui_with_a_terminal_for_input_but_a_pipe_for_output_exits() -> None:
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        result = tao_without_terminal(stdin=terminal)
+    finally:
+        os.close(controller)
+        os.close(terminal)
+    assert result.returncode == 2 and "needs a terminal" in result.stderr
+    assert "\x1b" not in result.stdout
+
+
+def test_an_unknown_flag_shows_the_subcommands_usage_and_names_the_flag() -> None:
+    result = tao_without_terminal("run", "--frobnicate")
+    assert result.returncode == 2
+    assert "usage: tao run" in result.stderr and "--frobnicate" in result.stderr
+    nested = tao_without_terminal("bench", "replay", "--traces", "x", "--frobnicate")
+    assert nested.returncode == 2
+    assert "usage: tao bench replay" in nested.stderr and "--frobnicate" in nested.stderr
+    unknown = tao_without_terminal("frobnicate")
+    assert unknown.returncode == 2 and "usage: tao " in unknown.stderr and "frobnicate" in unknown.stderr
+
+
+def test_the_replay_engine_without_a_recording_asks_for_one() -> None:
+    for args in (("run", "--engine", "replay"), ("run", "fix it", "--engine", "replay", "--headless")):
+        result = tao_without_terminal(*args)
+        assert result.returncode == 2, result.stderr
+        assert ("--engine replay needs --replay FILE (a recorded trajectory .jsonl or a JSON turn script)"
+                in result.stderr), args
+
+
+def test_the_log_counts_steps_in_good_grammar() -> None:
+    from harness.log import HumanLog
+
+    log = HumanLog()
+    one = log.format(SessionEnd(t=1.0, status="limit", reason="the step limit of 1 was reached", steps=1))
+    assert one is not None and "after 1 step:" in one
+    many = log.format(SessionEnd(t=1.0, status="finished", reason="done", steps=6))
+    assert many is not None and "after 6 steps:" in many

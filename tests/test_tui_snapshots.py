@@ -16,7 +16,15 @@ from tui.app import TaoApp
 from tui.screens.approval import ApprovalScreen
 
 SIZE = (150, 42)
-FIX = [TURNS[0], TURNS[1], TURNS[2], TURNS[-1]]  # grep, read, edit, finish: no approval on the way
+FIX = [TURNS[0], TURNS[1], TURNS[2], TURNS[-1]]  # grep, read, edit, finish: no approval on the way in auto-edit
+
+
+def auto_edit(isolated: Path) -> Path:
+    """The user's config says mode = "auto-edit", so that FIX's edit runs without a modal; returns `isolated`."""
+    config = isolated / "xdg_config_home" / "tao" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('[approvals]\nmode = "auto-edit"\n')
+    return isolated
 
 
 async def type_task(pilot: Pilot) -> None:
@@ -29,14 +37,15 @@ def test_main_screen_after_a_session_with_speculations(isolated: Path, snap_comp
         await until(pilot, lambda: "turn_end" in event_types(pilot.app), "the end of the work")
         await pilot.pause()
 
-    assert snap_compare(TaoApp(session_options(isolated, FIX), masked=True), terminal_size=SIZE,
+    assert snap_compare(TaoApp(session_options(auto_edit(isolated), FIX), masked=True), terminal_size=SIZE,
                         run_before=run_before)
 
 
 def test_approval_modal(isolated: Path, snap_compare) -> None:
     async def run_before(pilot: Pilot) -> None:
         await type_task(pilot)
-        await until(pilot, lambda: isinstance(pilot.app.screen, ApprovalScreen), "the approval modal")
+        await until(pilot, lambda: isinstance(pilot.app.screen, ApprovalScreen) and pilot.app.screen.ready,
+                    "the approval modal, past its guard")
         await pilot.pause()
 
     turns = [TURNS[0], TURNS[4], TURNS[-1]]  # grep, then `touch NOTES`; speculations would still be running
@@ -57,5 +66,5 @@ def test_workspace_diff_screen(isolated: Path, snap_compare) -> None:
         await until(pilot, lambda: "reading" not in str(pilot.app.screen.query_one("#diff", Static).render()),
                     "the diff")
 
-    assert snap_compare(TaoApp(session_options(isolated, FIX), masked=True), terminal_size=SIZE,
+    assert snap_compare(TaoApp(session_options(auto_edit(isolated), FIX), masked=True), terminal_size=SIZE,
                         run_before=run_before)

@@ -27,7 +27,7 @@ from harness.errors import TaoError, UsageError
 from harness.events import Event, SessionEnd, read_trajectory
 from harness.history import load_saved
 from harness.interactive import LiveSession, SessionOptions, engine_status, last_trajectory, open_session
-from tui.screens.approval import ApprovalScreen
+from tui.screens.approval import GUARD_SECONDS, ApprovalScreen
 from tui.screens.diff import DiffScreen
 from tui.screens.keys import KeysScreen
 from tui.widgets.conversation.pane import ConversationPane
@@ -69,6 +69,7 @@ class TaoApp(App[int]):
         self.pending: list[str] = []  # messages typed before the session was open
         self.ended: SessionEnd | None = None
         self.shown: list[Event] = []  # every event drawn, in order (what tests and --resume look at)
+        self.approval_guard = GUARD_SECONDS  # seconds an approval modal drops keys typed for something else
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="panes"):
@@ -143,7 +144,7 @@ class TaoApp(App[int]):
     async def ask(self, command: str) -> Answer:
         """The approval policy's question to the user, as a modal; an interrupt closes it unanswered."""
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        screen = ApprovalScreen(command)
+        screen = ApprovalScreen(command, self.approval_guard)
 
         def answered(answer: Answer | None) -> None:
             if not future.done():
