@@ -25,7 +25,7 @@ from harness.engine.factory import ENGINES, EngineOptions, open_engine
 from harness.errors import EngineUnavailable, TaoError, UsageError
 from harness.events import Event, LLMEnd, SessionEnd, TrajectoryWriter, TurnEnd, UserMessage
 from harness.history import LAST, choose_session, load_saved, new_trajectory, rebuild, unanswered
-from harness.log import HumanLog
+from harness.log import HumanLog, counted
 from harness.session import Outcome, Session, SessionConfig
 from harness.shutdown import terminate_as_interrupt
 from harness.speculation.model import PatternModel, installed_model
@@ -289,7 +289,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"demo repository: {target}", file=sys.stderr)
     end = asyncio.run(run_session(task, target, args))
     changed = len([line for line in end.submission.splitlines() if line.startswith("+++ ")])
-    print(f"demo {end.status} after {end.steps} steps; {changed} file(s) changed; summary: "
+    print(f"demo {end.status} after {counted(end.steps, 'step')}; {changed} file(s) changed; summary: "
           f"{end.summary or end.reason}", file=sys.stderr)
     # The embedded model is tiny: reaching the step limit is a normal end for the demo, not a failure.
     return 0 if end.status in ("finished", "limit") else EXIT_CODES.get(end.status, 1)

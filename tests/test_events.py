@@ -209,7 +209,7 @@ def damaged_trajectories(folder: Path, repo: Path) -> dict[str, tuple[Path, str]
 def test_resuming_a_damaged_trajectory_says_which_line_and_exits_2(tmp_path: Path, case: str) -> None:
     repo = make_calc_repo(tmp_path)
     path, says = damaged_trajectories(tmp_path / "saved", repo)[case]
-    result = tao_cli("--resume", str(path), "--repo", str(repo), home=tmp_path)
+    result = tao_cli("run", "--resume", str(path), "--repo", str(repo), home=tmp_path)  # the TUI needs a terminal
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and f"tao: cannot resume {path}" in result.stderr, result.stderr
     assert says in result.stderr, result.stderr

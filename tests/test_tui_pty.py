@@ -36,6 +36,8 @@ def test_tao_in_a_terminal_runs_a_typed_task(tmp_path: Path) -> None:
         child.expect("Describe the task")
         child.send(TASK)
         child.send("\r")
+        child.expect("Approve once")  # the edit asks (mode "ask"); its keys show once the modal's guard is over
+        child.send("y")
         child.expect("finished: add\\(\\) now returns a \\+ b")
         seen = screen_text(log.getvalue())
         # Textual redraws only what changed, so a line's words may come in pieces: look for short ones.
@@ -51,3 +53,5 @@ def test_tao_in_a_terminal_runs_a_typed_task(tmp_path: Path) -> None:
     events = read_trajectory(trajectory)
     assert events[0].task == TASK and events[-1].type == "session_end"
     assert (repo / "calc" / "ops.py").read_text().count("return a + b") == 1
+    [approval] = [e for e in events if e.type == "approval"]
+    assert approval.decision == "allow" and approval.by == "user"

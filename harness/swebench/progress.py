@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.table import Table
 
 from harness.events import Event, SessionEnd, SpecPromote, ToolCall, ToolResult
+from harness.log import counted
 
 MAX_ROWS = 20  # running instances first, then the most recently finished
 
@@ -81,7 +82,7 @@ class BatchProgress:
         self.finished_now += 1
         if not self.live_mode:
             extra = f" ({note})" if note else ""
-            self.console.print(f"[{self.done}/{self.total}] {instance_id}: {status} after {row.step} steps, "
+            self.console.print(f"[{self.done}/{self.total}] {instance_id}: {status} after {counted(row.step, 'step')}, "
                                f"{row.elapsed():.1f} s, {row.hits} speculation hits{extra}", highlight=False)
 
     def eta(self) -> float | None:
