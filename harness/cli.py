@@ -57,7 +57,8 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
                             "OpenAI-compatible server; replay: recorded turns")
     group.add_argument("--model", help="model name or directory for --engine vllm (default: embedded SmolLM2)")
     group.add_argument("--base-url", help="server URL for --engine openai, e.g. http://localhost:8000/v1")
-    group.add_argument("--replay", type=Path, help="trajectory .jsonl or JSON turn script for --engine replay")
+    group.add_argument("--replay", type=Path, help="trajectory .jsonl or JSON turn script for --engine replay; with --engine vllm, "
+                            "its answers are forced token by token through the real engine")
     group.add_argument("--seconds-per-token", type=float, default=0.0,
                        help="replay pacing: simulated seconds per output token (default 0)")
     group.add_argument("--no-constrain", action="store_true",
@@ -248,7 +249,7 @@ def resolve_task(args: argparse.Namespace) -> str:
         if not path.is_file():
             raise UsageError(f"task file {path} does not exist")
         return path.read_text(encoding="utf-8")
-    if not task and args.engine == "replay" and args.replay:
+    if not task and args.replay:
         from harness.engine.replay import load_recording
 
         task = load_recording(args.replay).task

@@ -121,6 +121,14 @@ def test_the_replay_engine_without_a_recording_asks_for_one() -> None:
                 in result.stderr), args
 
 
+def test_answers_to_force_through_the_real_engine_are_read_before_it_starts(tmp_path: Path) -> None:
+    bad = tmp_path / "turns.json"
+    bad.write_text("{not json")
+    result = tao_without_terminal("run", "fix it", "--headless", "--replay", str(bad))
+    assert result.returncode == 2, result.stderr
+    assert str(bad) in result.stderr and "starting the vLLM engine" not in result.stderr
+
+
 def test_the_log_counts_steps_in_good_grammar() -> None:
     from harness.log import HumanLog
 

@@ -10,9 +10,13 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from harness.engine.base import Engine
 from harness.errors import UsageError
+
+if TYPE_CHECKING:
+    from harness.engine.replay import Recording
 
 ENGINES = ("vllm", "openai", "replay")
 
@@ -24,7 +28,7 @@ class EngineOptions:
     kind: str = "vllm"
     """vllm (in-process, the embedded model unless --model), openai (a running server) or replay."""
     replay: Path | None = None
-    """The trajectory or turn script the replay engine plays back."""
+    """The trajectory or turn script the replay engine plays back; with kind vllm, the answers to force through it."""
     seconds_per_token: float = 0.0
     """Replay pacing: simulated time per output token."""
     model: str | None = None
@@ -63,9 +67,22 @@ async def open_engine(options: EngineOptions) -> Engine:
                                           constrained=options.constrained, temperature=options.temperature,
                                           api_key=options.api_key or os.environ.get("OPENAI_API_KEY"))
     if options.kind == "vllm":
-        attached = await attach_server(options) if options.attach else None
-        return attached or await start_local(options)
+        recording = load_forced(options.replay) if options.replay is not None else None
+        attached = await attach_server(options) if options.attach and recording is None else None
+        engine = attached or await start_local(options)
+        if recording is not None:
+            from harness.engine.replay import ForcedReplayEngine
+
+            return ForcedReplayEngine(engine, recording)
+        return engine
     raise UsageError(f"unknown engine {options.kind!r}; choose one of {', '.join(ENGINES)}")
+
+
+def load_forced(path: Path) -> Recording:
+    """The recorded turns to force through the real engine (read before the engine starts, so a bad file fails fast)."""
+    from harness.engine.replay import load_recording
+
+    return load_recording(path)
 
 
 async def attach_server(options: EngineOptions) -> Engine | None:
