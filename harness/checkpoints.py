@@ -24,6 +24,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.events import Checkpointed, Event, Undone
+
 # Left out of snapshots of a directory that is not a git repository (it has no .gitignore to say so).
 DEFAULT_EXCLUDES = ("node_modules/", ".venv/", "venv/", "__pycache__/", "*.pyc", ".tox/", ".nox/", ".mypy_cache/",
                     ".pytest_cache/", ".ruff_cache/", ".cache/", ".git/", ".hg/", ".svn/")
@@ -215,3 +217,15 @@ def _split(name_status: str) -> tuple[list[str], list[str], list[str]]:
 def _files(paths: list[str], shown: int = 3) -> str:
     more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
     return ", ".join(paths[:shown]) + more
+
+
+def from_events(events: list[Event]) -> list[Checkpoint]:
+    """The checkpoints an undo can still go back to, from a saved session's `checkpoint` and `undo` events."""
+    stack: list[Checkpoint] = []
+    for event in events:
+        if isinstance(event, Checkpointed):
+            stack.append(Checkpoint(event.turn, event.commit, event.tree, event.label))
+        elif isinstance(event, Undone):
+            while stack and stack.pop().commit != event.commit:
+                pass
+    return stack

@@ -20,12 +20,14 @@ from typing import Any, TypeVar
 
 from harness import protocol
 from harness.approval import ApprovalPolicy, request_for
+from harness.checkpoints import CheckpointError, Checkpoints, Restored, from_events
 from harness.engine.base import Chunk, Engine, LLMRequest, Usage
 from harness.errors import EngineError, Finished, Interrupted, LimitExceeded, SessionStop
-from harness.events import (Approval, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken, LLMStart,
+from harness.events import (Approval, Attached, Checkpointed, ContextCleared, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken, LLMStart,
                             SessionEnd, SessionResume, SessionStart, SpecReady, SpecToggle, ToolCall, ToolResult,
-                            TurnEnd, UserMessage)
+                            TurnEnd, Undone, UserMessage)
 from harness.history import assistant_message, rebuild
+from harness.mentions import expand
 from harness.speculation.observation import ObservationSpeculator, Warm
 from harness.speculation.patterns import Analyzer, Partial
 from harness.speculation.prefix import args_prefix_of
@@ -110,6 +112,11 @@ class Session:
         self._step_task: asyncio.Task[None] | None = None
         self._open: list[protocol.ParsedCall] = []  # calls of the last answer that have no result yet
         self._request_id = ""
+        self.checkpoints: Checkpoints | None = None  # set by interactive front ends: a checkpoint before each turn
+        self.working = False  # between a message and the end of the work on it
+        self.turn = 0  # pieces of work begun: the task is turn 1, each follow-up one more
+        self._label = task.splitlines()[0][:80] if task.strip() else ""
+        self._for_model: list[str] = []  # what the model must hear with the next message (an undo)
         system = protocol.render_system_prompt(tool_specs(tools), str(workspace.root), engine.native_tools)
         self.messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": task}]
 
@@ -130,6 +137,8 @@ class Session:
         self.emit(self.opening())
         outcome = self.resumed or Outcome("error", "")
         try:
+            if self.resumed is None:
+                self.attach(self.task)
             more = self.resumed is None or await self.next_message(None)
             while more:
                 outcome = await self.work()
@@ -154,6 +163,8 @@ class Session:
     async def work(self) -> Outcome:
         """Steps until the model finishes, a limit is reached, the engine fails or the user interrupts."""
         self._turn_start = self.steps
+        self.working = True
+        await self.checkpoint()
         try:
             async with asyncio.timeout(self.config.max_seconds):
                 while True:
@@ -166,6 +177,8 @@ class Session:
             return Outcome("limit", f"wall-time limit of {self.config.max_seconds:g} s reached")
         except EngineError as exc:
             return Outcome("error", f"engine failed: {exc}")
+        finally:
+            self.working = False
 
     async def step(self) -> None:
         """One Think-Act-Observe step: a model turn, then each call it made."""
@@ -411,6 +424,9 @@ class Session:
         self.steps, self.output_tokens = history.steps, history.output_tokens
         self._t0 = time.monotonic() - history.last_t
         self.resumed = Outcome(history.status, history.reason)
+        self.turn = max((e.turn for e in events if isinstance(e, Checkpointed)), default=0)
+        if self.checkpoints is not None:
+            self.checkpoints.adopt(from_events(events))
         if self.speculation is not None:
             try:
                 for event in events:
@@ -445,6 +461,8 @@ class Session:
         self._open = []
         self.emit(UserMessage(self.now(), text))
         self.messages.append({"role": "user", "content": text})
+        self._label = text.splitlines()[0][:80] if text.strip() else ""
+        self.attach(text)
         return True
 
     async def interruptible(self, step: Coroutine[Any, Any, None]) -> None:
@@ -477,6 +495,59 @@ class Session:
         if self.observation is not None:
             await self.observation.close()
         self._provisional = None
+
+    # -- checkpoints, undo, a fresh context, attached files ------------------------------------------
+
+    async def checkpoint(self) -> None:
+        """Record the work tree before a turn, so that `undo` can go back to it; a failure only costs the undo."""
+        if self.checkpoints is None:
+            return
+        self.turn += 1
+        try:
+            taken = await asyncio.to_thread(self.checkpoints.snapshot, self.turn, self._label)
+        except CheckpointError as exc:
+            _log.warning("no checkpoint before turn %d, so /undo cannot go back past it: %s", self.turn, exc)
+            return
+        self.emit(Checkpointed(self.now(), self.steps, taken.turn, taken.commit, taken.tree, taken.label))
+
+    async def undo(self) -> Restored | None:
+        """Put the files back as they were before the last turn that changed them; None when none did.
+
+        Only between turns (a CheckpointError says so otherwise). The model hears of it with the next message.
+        """
+        if self.checkpoints is None:
+            raise CheckpointError("this session keeps no checkpoints, so there is nothing to undo")
+        if self.working:
+            raise CheckpointError("the agent is working: interrupt it (Ctrl+C) or wait for the turn to end, then undo")
+        restored = await asyncio.to_thread(self.checkpoints.undo)
+        if restored is None:
+            return None
+        self.workspace.bump()  # files changed behind the tools' back: no result from before may be served
+        done = restored.checkpoint
+        self.emit(Undone(self.now(), self.steps, done.turn, done.commit, restored.saved, restored.modified,
+                         restored.removed, restored.recreated))
+        self._for_model.append(f"(The user undid the file changes of turn {done.turn}, \"{done.label}\": the files "
+                               f"are back as they were before it. Do not assume those changes exist.)")
+        return restored
+
+    def clear(self) -> int | None:
+        """Start the model afresh from the system prompt (the trajectory keeps everything): how many messages went;
+        None while the agent works (only between turns)."""
+        if self.working:
+            return None
+        dropped = len(self.messages) - 1
+        self.messages, self._open, self._for_model = self.messages[:1], [], []
+        self.emit(ContextCleared(self.now(), self.steps, dropped))
+        return dropped
+
+    def attach(self, text: str) -> None:
+        """Add the files the user's message mentions (@path), and what the model must hear, to that message."""
+        expansion = expand(text, self.workspace.root)
+        content = "".join(f"\n\n{note}" for note in self._for_model) + expansion.content
+        self._for_model = []
+        if content:
+            self.messages[-1] = {**self.messages[-1], "content": self.messages[-1]["content"] + content}
+            self.emit(Attached(self.now(), content, expansion.files, expansion.notes))
 
     async def workspace_diff(self) -> str:
         """`git diff` of the workspace against HEAD, untracked files included."""
