@@ -64,10 +64,7 @@ class Restored:
 
     def summary(self) -> str:
         """One line for people: which turn was undone and what changed on disk."""
-        parts = [f"{verb} {_files(paths)}" for verb, paths in (("restored", self.modified), ("removed", self.removed),
-                                                                 ("brought back", self.recreated)) if paths]
-        what = "; ".join(parts) or "no file changed"
-        return f"undid turn {self.checkpoint.turn} ({self.checkpoint.label}): {what}"
+        return describe_undo(self.checkpoint.turn, self.checkpoint.label, self.modified, self.removed, self.recreated)
 
 
 class Checkpoints:
@@ -212,6 +209,13 @@ def _split(name_status: str) -> tuple[list[str], list[str], list[str]]:
     for status, path in zip(fields[0::2], fields[1::2]):
         {"A": removed, "D": recreated}.get(status[:1], modified).append(path)
     return modified, removed, recreated
+
+
+def describe_undo(turn: int, label: str, modified: list[str], removed: list[str], recreated: list[str]) -> str:
+    """An undo in one line: the turn undone, then the files restored, removed and brought back."""
+    parts = [f"{verb} {_files(paths)}" for verb, paths in (("restored", modified), ("removed", removed),
+                                                             ("brought back", recreated)) if paths]
+    return f"undid turn {turn} ({label}): {'; '.join(parts) or 'no file changed'}"
 
 
 def _files(paths: list[str], shown: int = 3) -> str:

@@ -234,6 +234,7 @@ class Undone(Event):
     modified: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)  # files the turn had created
     recreated: list[str] = field(default_factory=list)  # files the turn had deleted
+    label: str = ""  # the undone turn's message, first line
 
 
 @dataclass

@@ -525,7 +525,7 @@ class Session:
         self.workspace.bump()  # files changed behind the tools' back: no result from before may be served
         done = restored.checkpoint
         self.emit(Undone(self.now(), self.steps, done.turn, done.commit, restored.saved, restored.modified,
-                         restored.removed, restored.recreated))
+                         restored.removed, restored.recreated, done.label))
         self._for_model.append(f"(The user undid the file changes of turn {done.turn}, \"{done.label}\": the files "
                                f"are back as they were before it. Do not assume those changes exist.)")
         return restored
