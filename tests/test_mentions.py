@@ -53,13 +53,13 @@ def test_headless_run_attaches_the_file_and_a_resume_rebuilds_it(tmp_path: Path)
            "XDG_CONFIG_HOME": str(tmp_path / "config")}
     done = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--headless", "--repo", str(repo),
                            "--engine", "replay", "--replay", str(script), "--trajectory", str(trajectory),
-                           "--no-speculation", "why does @calc/ops.py subtract? see @missing.py"],
+                           "--no-speculation", "@calc/ops.py: why does it subtract? see @missing.py"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "@missing.py: no such file" in done.stderr  # the headless log says what was not attached
     events = read_trajectory(trajectory)
     [attached] = [e for e in events if isinstance(e, Attached)]
     assert attached.files == ["calc/ops.py"] and "def add" in attached.content
-    assert events[0].task == "why does @calc/ops.py subtract? see @missing.py"  # as typed
+    assert events[0].task == "@calc/ops.py: why does it subtract? see @missing.py"  # as typed, not a task file
     first = rebuild(events, native_tools=False).messages[0]["content"]
-    assert first.startswith("why does @calc/ops.py") and '<file path="calc/ops.py">' in first
+    assert first.startswith("@calc/ops.py: why") and '<file path="calc/ops.py">' in first
