@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.checkpoints import Checkpoints
+from harness.checkpoints import Checkpoints, from_events
+from harness.events import Checkpointed, Undone
 from tests.helpers import git, make_calc_repo
 
 
@@ -131,3 +132,21 @@ def test_two_sessions_in_one_repository_keep_their_own_checkpoints(repo: Path, t
     one.close()
     two.close()
     assert not one.index.exists()
+
+
+def test_a_resumed_session_can_still_undo_the_turns_before_it(repo: Path, tmp_path: Path) -> None:
+    first = Checkpoints.open(repo, tmp_path / "state", "first")
+    one = first.snapshot(1, "make x")
+    (repo / "x.txt").write_text("x\n")
+    two = first.snapshot(2, "make y")
+    (repo / "y.txt").write_text("y\n")
+    restored = first.undo()
+    assert restored is not None and not (repo / "y.txt").exists()
+    first.close()
+    saved = [Checkpointed(0.0, 1, 1, one.commit, one.tree, one.label), Checkpointed(0.0, 2, 2, two.commit, two.tree),
+             Undone(0.0, 2, 2, two.commit, restored.saved)]
+    again = Checkpoints.open(repo, tmp_path / "state", "again")
+    again.adopt(from_events(saved))
+    restored = again.undo()
+    assert restored is not None and restored.checkpoint.turn == 1 and not (repo / "x.txt").exists()
+    assert again.undo() is None
