@@ -20,14 +20,13 @@ from typing import Any, TypeVar
 
 from harness import protocol
 from harness.approval import ApprovalPolicy, request_for
-from harness.checkpoints import CheckpointError, Checkpoints, Restored, from_events
+from harness.between import BetweenTurns
 from harness.engine.base import Chunk, Engine, LLMRequest, Usage
 from harness.errors import EngineError, Finished, Interrupted, LimitExceeded, SessionStop
-from harness.events import (Approval, Attached, Checkpointed, ContextCleared, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken, LLMStart,
+from harness.events import (Approval, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken, LLMStart,
                             SessionEnd, SessionResume, SessionStart, SpecReady, SpecToggle, ToolCall, ToolResult,
-                            TurnEnd, Undone, UserMessage)
+                            TurnEnd, UserMessage)
 from harness.history import assistant_message, rebuild
-from harness.mentions import expand
 from harness.speculation.observation import ObservationSpeculator, Warm
 from harness.speculation.patterns import Analyzer, Partial
 from harness.speculation.prefix import args_prefix_of
@@ -73,7 +72,7 @@ class Outcome:
     summary: str = ""
 
 
-class Session:
+class Session(BetweenTurns):
     """Runs one task against an engine and a set of tools in one workspace."""
 
     def __init__(self, task: str, engine: Engine, workspace: Workspace, tools: list[Tool],
@@ -112,11 +111,7 @@ class Session:
         self._step_task: asyncio.Task[None] | None = None
         self._open: list[protocol.ParsedCall] = []  # calls of the last answer that have no result yet
         self._request_id = ""
-        self.checkpoints: Checkpoints | None = None  # set by interactive front ends: a checkpoint before each turn
-        self.working = False  # between a message and the end of the work on it
-        self.turn = 0  # pieces of work begun: the task is turn 1, each follow-up one more
-        self._label = task.splitlines()[0][:80] if task.strip() else ""
-        self._for_model: list[str] = []  # what the model must hear with the next message (an undo)
+        self.between_turns(task)
         system = protocol.render_system_prompt(tool_specs(tools), str(workspace.root), engine.native_tools)
         self.messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": task}]
 
@@ -424,9 +419,7 @@ class Session:
         self.steps, self.output_tokens = history.steps, history.output_tokens
         self._t0 = time.monotonic() - history.last_t
         self.resumed = Outcome(history.status, history.reason)
-        self.turn = max((e.turn for e in events if isinstance(e, Checkpointed)), default=0)
-        if self.checkpoints is not None:
-            self.checkpoints.adopt(from_events(events))
+        self.adopt_checkpoints(events)
         if self.speculation is not None:
             try:
                 for event in events:
@@ -461,7 +454,6 @@ class Session:
         self._open = []
         self.emit(UserMessage(self.now(), text))
         self.messages.append({"role": "user", "content": text})
-        self._label = text.splitlines()[0][:80] if text.strip() else ""
         self.attach(text)
         return True
 
@@ -495,59 +487,6 @@ class Session:
         if self.observation is not None:
             await self.observation.close()
         self._provisional = None
-
-    # -- checkpoints, undo, a fresh context, attached files ------------------------------------------
-
-    async def checkpoint(self) -> None:
-        """Record the work tree before a turn, so that `undo` can go back to it; a failure only costs the undo."""
-        if self.checkpoints is None:
-            return
-        self.turn += 1
-        try:
-            taken = await asyncio.to_thread(self.checkpoints.snapshot, self.turn, self._label)
-        except CheckpointError as exc:
-            _log.warning("no checkpoint before turn %d, so /undo cannot go back past it: %s", self.turn, exc)
-            return
-        self.emit(Checkpointed(self.now(), self.steps, taken.turn, taken.commit, taken.tree, taken.label))
-
-    async def undo(self) -> Restored | None:
-        """Put the files back as they were before the last turn that changed them; None when none did.
-
-        Only between turns (a CheckpointError says so otherwise). The model hears of it with the next message.
-        """
-        if self.checkpoints is None:
-            raise CheckpointError("this session keeps no checkpoints, so there is nothing to undo")
-        if self.working:
-            raise CheckpointError("the agent is working: interrupt it (Ctrl+C) or wait for the turn to end, then undo")
-        restored = await asyncio.to_thread(self.checkpoints.undo)
-        if restored is None:
-            return None
-        self.workspace.bump()  # files changed behind the tools' back: no result from before may be served
-        done = restored.checkpoint
-        self.emit(Undone(self.now(), self.steps, done.turn, done.commit, restored.saved, restored.modified,
-                         restored.removed, restored.recreated, done.label))
-        self._for_model.append(f"(The user undid the file changes of turn {done.turn}, \"{done.label}\": the files "
-                               f"are back as they were before it. Do not assume those changes exist.)")
-        return restored
-
-    def clear(self) -> int | None:
-        """Start the model afresh from the system prompt (the trajectory keeps everything): how many messages went;
-        None while the agent works (only between turns)."""
-        if self.working:
-            return None
-        dropped = len(self.messages) - 1
-        self.messages, self._open, self._for_model = self.messages[:1], [], []
-        self.emit(ContextCleared(self.now(), self.steps, dropped))
-        return dropped
-
-    def attach(self, text: str) -> None:
-        """Add the files the user's message mentions (@path), and what the model must hear, to that message."""
-        expansion = expand(text, self.workspace.root)
-        content = "".join(f"\n\n{note}" for note in self._for_model) + expansion.content
-        self._for_model = []
-        if content:
-            self.messages[-1] = {**self.messages[-1], "content": self.messages[-1]["content"] + content}
-            self.emit(Attached(self.now(), content, expansion.files, expansion.notes))
 
     async def workspace_diff(self) -> str:
         """`git diff` of the workspace against HEAD, untracked files included."""
