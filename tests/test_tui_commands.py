@@ -25,6 +25,7 @@ EDITS = [
     call("finish", "Done.", summary="fixed"),
     call("write_file", "Notes.", path="NOTES.md", content="notes\n"),
     call("finish", "Done.", summary="noted"),
+    call("finish", "Seen.", summary="the notes are gone"),
 ]
 
 
@@ -64,6 +65,10 @@ async def test_undo_goes_back_turn_by_turn_and_diff_shows_the_session(isolated: 
         await until(pilot, lambda: "undo" in event_types(app), "the first undo")
         assert not (repo / "NOTES.md").exists() and (repo / "calc" / "helper.py").exists()
         assert "undid turn 2 (note it): removed NOTES.md" in said(app)
+        await type_line(pilot, "go on")  # the model hears of the undo with this message; this turn changes nothing
+        await until(pilot, lambda: event_types(app).count("turn_end") == 3, "the third turn's end")
+        told = app.live.session.messages[-2]["content"]
+        assert told.startswith("go on") and 'The user undid the file changes of turn 2, "note it"' in told
         await type_line(pilot, "/undo")
         await until(pilot, lambda: event_types(app).count("undo") == 2, "the second undo")
         assert (repo / "calc" / "ops.py").read_text() == original and (repo / "ISSUE.md").exists()
@@ -76,7 +81,7 @@ async def test_undo_goes_back_turn_by_turn_and_diff_shows_the_session(isolated: 
     assert git(repo, "status", "--porcelain") == status and git(repo, "rev-parse", "HEAD") == head
     assert git(repo, "stash", "list") == stash
     saved = read_trajectory(isolated / "session.jsonl")
-    assert [e.turn for e in saved if isinstance(e, Checkpointed)] == [1, 2]
+    assert [e.turn for e in saved if isinstance(e, Checkpointed)] == [1, 2, 3]
     assert [e.turn for e in saved if isinstance(e, Undone)] == [2, 1]
     assert not any(isinstance(e, UserMessage) and e.text.startswith("/") for e in saved)  # commands stay here
 
@@ -145,3 +150,21 @@ async def test_a_mentioned_file_reaches_the_model_and_the_pane_shows_the_mention
 def test_what_counts_as_a_command() -> None:
     assert is_command("/undo") and is_command("/foo bar") and is_command("/")
     assert not is_command("/etc/hosts is missing") and not is_command("fix /undo") and not is_command("")
+
+
+async def test_undo_and_clear_wait_for_the_turn_to_end(isolated: Path) -> None:
+    turns = [call("bash", "Waiting.", command="sleep 30"), call("finish", "Done.", summary="waited")]
+    options = session_options(isolated, turns, "--yolo", "--no-speculation")
+    app = TaoApp(options, masked=True)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press(*TASK, "enter")
+        await until(pilot, lambda: "tool_call" in event_types(app), "the running command")
+        await type_line(pilot, "/undo")
+        await type_line(pilot, "/clear")
+        assert said(app).count("The agent is working: wait for the turn to end, or interrupt it with Ctrl+C") == 2
+        assert "undo" not in event_types(app) and "context_clear" not in event_types(app)
+        await pilot.press("ctrl+c")
+        await until(pilot, lambda: "turn_end" in event_types(app), "the interrupted turn")
+        await type_line(pilot, "/undo")
+        await until(pilot, lambda: "Nothing to undo" in said(app), "nothing to undo: sleep changed no file")
+        await pilot.press("ctrl+q")
