@@ -158,6 +158,8 @@ class Checkpoints:
             exclude = user / "info" / "exclude"
             if exclude.is_file():
                 rules.append(exclude.read_text(encoding="utf-8", errors="replace"))
+        if self.git_dir.parent.is_relative_to(self.root):  # Tao's state kept inside the repository: never snapshot it
+            rules.append("/" + self.git_dir.parent.relative_to(self.root).as_posix() + "/")
         (info / "exclude").write_text("\n".join(rules) + "\n", encoding="utf-8")
 
     def _user_git_dir(self) -> Path | None:

@@ -150,3 +150,15 @@ def test_a_resumed_session_can_still_undo_the_turns_before_it(repo: Path, tmp_pa
     restored = again.undo()
     assert restored is not None and restored.checkpoint.turn == 1 and not (repo / "x.txt").exists()
     assert again.undo() is None
+
+
+def test_a_store_kept_inside_the_work_tree_is_never_snapshotted(tmp_path: Path) -> None:
+    work = tmp_path / "plain"
+    work.mkdir()
+    (work / "main.py").write_text("print(1)\n")
+    store = Checkpoints.open(work, work / ".state" / "checkpoints")
+    store.snapshot(1, "one")
+    checkpoint = store.snapshot(2, "two")
+    listed = subprocess.run(["git", "--git-dir", str(store.git_dir), "ls-tree", "-r", "--name-only",
+                             checkpoint.commit], capture_output=True, text=True, check=True).stdout.split()
+    assert listed == ["main.py"]
