@@ -110,7 +110,8 @@ class ConversationPane(VerticalScroll):
                 attached = [f"attached {', '.join(files)}"] if files else []
                 self.say("\n".join([*attached, *notes]), "deny" if notes else "")
             case Undone():
-                self.say("↶ " + describe_undo(event.turn, event.label, event.modified, event.removed, event.recreated))
+                done = describe_undo(event.turn, event.label, event.modified, event.removed, event.recreated)
+                self.say(f"↶ {done}")
             case ContextCleared():
                 self.end_answer(None)
                 self._calls.clear()
