@@ -240,11 +240,12 @@ def session_patterns(path: Path | None, announce: bool = False) -> PatternModel:
 
 
 def resolve_task(args: argparse.Namespace) -> str:
-    """The task from the argument, a file (@path), or the replayed recording."""
+    """The task from the argument, a file (@path alone), or the replayed recording; `@path` within a longer task is
+    a mention (harness.mentions), attached to the task for the model."""
     if args.engine == "replay" and args.replay is None:
         raise UsageError("--engine replay needs --replay FILE (a recorded trajectory .jsonl or a JSON turn script)")
     task = args.task
-    if task and task.startswith("@"):
+    if task and task.startswith("@") and len(task.split()) == 1:
         path = Path(task[1:])
         if not path.is_file():
             raise UsageError(f"task file {path} does not exist")

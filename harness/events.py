@@ -211,6 +211,52 @@ class SessionResume(Event):
 
 
 @dataclass
+class Checkpointed(Event):
+    """The work tree was recorded before a turn (interactive sessions), so that `/undo` can go back to it."""
+
+    type: ClassVar[str] = "checkpoint"
+    step: int
+    turn: int  # 1 for the task, then one more for each follow-up
+    commit: str  # in Tao's private checkpoint store, never in the user's repository
+    tree: str
+    label: str = ""
+
+
+@dataclass
+class Undone(Event):
+    """The user undid the last turn that changed files: the work tree is back at that turn's checkpoint."""
+
+    type: ClassVar[str] = "undo"
+    step: int
+    turn: int
+    commit: str  # the checkpoint restored
+    saved: str  # a commit of the work tree as it was just before the undo
+    modified: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # files the turn had created
+    recreated: list[str] = field(default_factory=list)  # files the turn had deleted
+    label: str = ""  # the undone turn's message, first line
+
+
+@dataclass
+class ContextCleared(Event):
+    """The user cleared the conversation (`/clear`): the model's next message starts from the system prompt."""
+
+    type: ClassVar[str] = "context_clear"
+    step: int
+    dropped: int  # messages the model no longer sees
+
+
+@dataclass
+class Attached(Event):
+    """What Tao added to the user message just before this event: files it mentions (@path), notes for the model."""
+
+    type: ClassVar[str] = "attachment"
+    content: str  # appended to the message the model gets
+    files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # for the user: a missing file, a truncated one
+
+
+@dataclass
 class SpecLaunch(Event):
     """A predicted call started ahead of the model: pure tools on the workspace, sandboxed ones in an overlay."""
 

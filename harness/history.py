@@ -15,8 +15,8 @@ from typing import Any
 
 from harness import protocol
 from harness.errors import UsageError
-from harness.events import (Event, EventDecodeError, FormatError, LLMEnd, SessionEnd, SessionStart, ToolResult,
-                            TurnEnd, UserMessage, read_trajectory)
+from harness.events import (Attached, ContextCleared, Event, EventDecodeError, FormatError, LLMEnd, SessionEnd,
+                            SessionStart, ToolResult, TurnEnd, UserMessage, read_trajectory)
 
 LAST = "last"  # what `--resume` without a file stands for: the newest saved session of this repository
 
@@ -70,6 +70,10 @@ def rebuild(events: list[Event], native_tools: bool) -> History:
                 messages.append({"role": "user", "content": event.error})
             case UserMessage():
                 messages.append({"role": "user", "content": event.text})
+            case Attached():  # files the message mentioned, a note of an undo: part of that message
+                messages[-1] = {**messages[-1], "content": messages[-1]["content"] + event.content}
+            case ContextCleared():
+                messages = []
             case TurnEnd() | SessionEnd():
                 status, reason = event.status, event.reason
     return History(start, messages, steps, tokens, events[-1].t if events else 0.0, status, reason)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.approval import ApprovalPolicy, Ask, load_policy
+from harness.checkpoints import CheckpointError, Checkpoints
 from harness.engine.base import engine_load
 from harness.engine.factory import EngineOptions, open_engine
 from harness.errors import UsageError
@@ -29,6 +31,8 @@ from harness.session import EventSink, Session, SessionConfig
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
 from tools import default_tools
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
     engine = await open_engine(options.engine)
     writer = TrajectoryWriter(trajectory)
     workspace = Workspace(repo)
+    checkpoints = await open_checkpoints(repo, writer.path.stem)
     try:
         session = Session(start.task if start else task, engine, workspace,
                           default_tools(test_command=options.test_command), options.config,
@@ -90,13 +95,27 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
                           provisional=options.provisional, approval=options.approvals.with_ask(ask),
                           interactive=True, live_sinks=live_sinks)
         session.speculating = options.speculation  # the switch starts where --no-speculation puts it
+        session.checkpoints = checkpoints
         if history is not None:
             session.restore(history)
         yield LiveSession(session, writer.path, engine)
     finally:
         writer.close()
         workspace.close()
+        if checkpoints is not None:
+            checkpoints.close()
         await engine.close()
+
+
+async def open_checkpoints(repo: Path, name: str) -> Checkpoints | None:
+    """The store of the work tree's checkpoints (for /undo and /diff); None, with a warning, when git cannot keep one."""
+    from harness.cli import state_dir
+
+    try:
+        return await asyncio.to_thread(Checkpoints.open, repo, state_dir() / "checkpoints", name)
+    except (CheckpointError, OSError) as exc:
+        _log.warning("no checkpoints for this session, so /undo is unavailable: %s", exc)
+        return None
 
 
 def last_trajectory(trajectories: Path, repo: Path | None = None) -> Path | None:

@@ -6,7 +6,7 @@ import re
 import sys
 from typing import TextIO
 
-from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, SpecObsSettle, SpecPromote,
+from harness.events import (Attached, Event, FormatError, LLMEnd, SessionEnd, SessionStart, SpecObsSettle, SpecPromote,
                             SpecSummary, ToolCall, ToolResult)
 
 PREVIEW_LINES = 6
@@ -59,6 +59,9 @@ class HumanLog:
                 return f"{stamp} <- {event.name} {status}\n{_preview(event.output)}"
             case FormatError():
                 return f"{stamp} step {event.step}: no usable tool call: {event.error[:200]}"
+            case Attached(files=files, notes=notes) if files or notes:
+                told = "".join(f"\n{' ' * 10} {note}" for note in notes)
+                return f"{stamp} attached {', '.join(files) or 'no file'}{told}"
             case SpecPromote():
                 how = "served from a speculated read" if event.sliced else "from speculation"
                 return f"{stamp} <- result {how} ({event.saved:.2f}s hidden)"

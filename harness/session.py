@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from harness import protocol
 from harness.approval import ApprovalPolicy, request_for
+from harness.between import BetweenTurns
 from harness.engine.base import Chunk, Engine, LLMRequest, Usage
 from harness.errors import EngineError, Finished, Interrupted, LimitExceeded, SessionStop
 from harness.events import (Approval, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken, LLMStart,
@@ -71,7 +72,7 @@ class Outcome:
     summary: str = ""
 
 
-class Session:
+class Session(BetweenTurns):
     """Runs one task against an engine and a set of tools in one workspace."""
 
     def __init__(self, task: str, engine: Engine, workspace: Workspace, tools: list[Tool],
@@ -110,6 +111,7 @@ class Session:
         self._step_task: asyncio.Task[None] | None = None
         self._open: list[protocol.ParsedCall] = []  # calls of the last answer that have no result yet
         self._request_id = ""
+        self.between_turns(task)
         system = protocol.render_system_prompt(tool_specs(tools), str(workspace.root), engine.native_tools)
         self.messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": task}]
 
@@ -130,6 +132,8 @@ class Session:
         self.emit(self.opening())
         outcome = self.resumed or Outcome("error", "")
         try:
+            if self.resumed is None:
+                self.attach(self.task)
             more = self.resumed is None or await self.next_message(None)
             while more:
                 outcome = await self.work()
@@ -154,6 +158,8 @@ class Session:
     async def work(self) -> Outcome:
         """Steps until the model finishes, a limit is reached, the engine fails or the user interrupts."""
         self._turn_start = self.steps
+        self.working = True
+        await self.checkpoint()
         try:
             async with asyncio.timeout(self.config.max_seconds):
                 while True:
@@ -166,6 +172,8 @@ class Session:
             return Outcome("limit", f"wall-time limit of {self.config.max_seconds:g} s reached")
         except EngineError as exc:
             return Outcome("error", f"engine failed: {exc}")
+        finally:
+            self.working = False
 
     async def step(self) -> None:
         """One Think-Act-Observe step: a model turn, then each call it made."""
@@ -411,6 +419,7 @@ class Session:
         self.steps, self.output_tokens = history.steps, history.output_tokens
         self._t0 = time.monotonic() - history.last_t
         self.resumed = Outcome(history.status, history.reason)
+        self.adopt_checkpoints(events)
         if self.speculation is not None:
             try:
                 for event in events:
@@ -445,6 +454,7 @@ class Session:
         self._open = []
         self.emit(UserMessage(self.now(), text))
         self.messages.append({"role": "user", "content": text})
+        self.attach(text)
         return True
 
     async def interruptible(self, step: Coroutine[Any, Any, None]) -> None:

@@ -27,6 +27,7 @@ from harness.errors import TaoError, UsageError
 from harness.events import Event, SessionEnd, read_trajectory
 from harness.history import load_saved
 from harness.interactive import LiveSession, SessionOptions, engine_status, last_trajectory, open_session
+from tui.commands import Commands, is_command
 from tui.screens.approval import GUARD_SECONDS, ApprovalScreen
 from tui.screens.diff import DiffScreen
 from tui.screens.keys import KeysScreen
@@ -70,6 +71,7 @@ class TaoApp(App[int]):
         self.ended: SessionEnd | None = None
         self.shown: list[Event] = []  # every event drawn, in order (what tests and --resume look at)
         self.approval_guard = GUARD_SECONDS  # seconds an approval modal drops keys typed for something else
+        self.commands = Commands(self)
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="panes"):
@@ -170,6 +172,9 @@ class TaoApp(App[int]):
         if not isinstance(event.input, PromptBox) or not text:
             return
         event.input.clear()
+        if is_command(text):
+            self.commands.run(text)  # never sent to the model
+            return
         if self.live is not None:
             self.live.session.send(text)
         elif self.worker is not None and self.worker.is_running:

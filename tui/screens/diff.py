@@ -1,8 +1,10 @@
-"""The workspace diff screen: `git diff` of the repository against HEAD, coloured, read in a worker."""
+"""The diff screen: `git diff` of the repository against HEAD (Ctrl+G), or what the session changed since its first
+checkpoint (`/diff`), coloured, read in a worker."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.text import Text
@@ -28,13 +30,15 @@ class DiffScreen(ModalScreen[None]):
 
     BINDINGS = [Binding("escape,q,ctrl+g", "app.pop_screen", "Close")]
 
-    def __init__(self, repo: Path) -> None:
+    def __init__(self, repo: Path, read: Callable[[], str] | None = None, title: str = "Workspace diff") -> None:
+        """`read` gives the patch (run in a thread); by default the workspace against HEAD."""
         super().__init__()
-        self.repo = repo
+        self.repo, self.title = repo, title
+        self.read = read or (lambda: git_diff(repo))
 
     def compose(self) -> ComposeResult:
         with VerticalScroll() as scroll:
-            scroll.border_title = f"Workspace diff · {self.repo.name}  (Esc closes)"
+            scroll.border_title = f"{self.title} · {self.repo.name}  (Esc closes)"
             yield Static(Text("reading git diff…", style="dim"), id="diff")
 
     def on_mount(self) -> None:
@@ -42,6 +46,6 @@ class DiffScreen(ModalScreen[None]):
 
     @work(exclusive=True)
     async def load(self) -> None:
-        diff = await asyncio.to_thread(git_diff, self.repo)
+        diff = await asyncio.to_thread(self.read)
         body = colour_diff(diff) if diff.strip() else Text("No changes yet.", style="dim")
         self.query_one("#diff", Static).update(body)

@@ -1,4 +1,4 @@
-"""The keys screen (`?`): every key of the main screen and what it does."""
+"""The help screen (`?`, F1, `/help`): the slash commands, and every key of the main screen, and what they do."""
 
 from __future__ import annotations
 
@@ -17,26 +17,43 @@ KEYS = (
     ("?  / F1", "show these keys"),
     ("Ctrl+Q", "quit (the session is saved; `tao --resume` reopens it)"),
     ("y / a / n", "in an approval: approve once, always for this command, deny"),
+    ("Tab / →", "complete a /command"),
+)
+
+COMMANDS = (
+    ("/help", "show these commands and keys"),
+    ("/diff", "what this session changed: the diff since its first checkpoint"),
+    ("/undo", "put the files back as they were before the last turn that changed them (again: the one before)"),
+    ("/clear", "clear the conversation for a new task (the model starts afresh; the trajectory keeps it all)"),
+    ("/model", "the engine and model in use, and how to choose another"),
+    ("/compact", "shorten the conversation the model sees"),
+    ("@path", "in a message: attach that file of the repository for the model"),
 )
 
 
 class KeysScreen(ModalScreen[None]):
-    """A table of keys; any of Escape, q or ? closes it."""
+    """A table of commands and one of keys; any of Escape, q or ? closes it."""
 
     DEFAULT_CSS = """
     KeysScreen { align: center middle; }
     KeysScreen > Vertical { width: 100; max-width: 95%; height: auto; border: thick $primary;
                             background: $surface; padding: 1 2; }
+    KeysScreen .keys { margin-top: 1; }
     """
 
     BINDINGS = [Binding("escape,q,question_mark,f1", "app.pop_screen", "Close")]
 
     def compose(self) -> ComposeResult:
-        table = Table(box=None, show_header=False, padding=(0, 2))
-        table.add_column(style="bold cyan", no_wrap=True)
-        table.add_column()
-        for key, what in KEYS:
-            table.add_row(key, what)
         with Vertical() as box:
-            box.border_title = "Keys"
-            yield Static(table)
+            box.border_title = "Commands and keys"
+            yield Static(_table(COMMANDS))
+            yield Static(_table(KEYS), classes="keys")
+
+
+def _table(rows: tuple[tuple[str, str], ...]) -> Table:
+    table = Table(box=None, show_header=False, padding=(0, 2))
+    table.add_column(style="bold cyan", no_wrap=True, min_width=10)
+    table.add_column()
+    for key, what in rows:
+        table.add_row(key, what)
+    return table

@@ -10,8 +10,9 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Collapsible, Static
 
-from harness.events import (Approval, Event, FormatError, Interrupt, LLMDelta, LLMEnd, SessionResume, SessionStart,
-                            ToolCall, ToolResult, TurnEnd, UserMessage)
+from harness.checkpoints import describe_undo
+from harness.events import (Approval, Attached, ContextCleared, Event, FormatError, Interrupt, LLMDelta, LLMEnd,
+                            SessionResume, SessionStart, ToolCall, ToolResult, TurnEnd, Undone, UserMessage)
 from tui.widgets.conversation.render import call_summary, edit_diff, prose
 
 RESULT_LINES = 40  # lines of a result shown in the pane; the whole result is in the trajectory
@@ -105,10 +106,27 @@ class ConversationPane(VerticalScroll):
             case Interrupt():
                 self.end_answer(None)
                 self.add(Static(f"⏹ interrupted ({event.stage})", classes="note deny"))
+            case Attached(files=files, notes=notes) if files or notes:  # the mention shows, not the file
+                attached = [f"attached {', '.join(files)}"] if files else []
+                self.say("\n".join([*attached, *notes]), "deny" if notes else "")
+            case Undone():
+                done = describe_undo(event.turn, event.label, event.modified, event.removed, event.recreated)
+                self.say(f"↶ {done}")
+            case ContextCleared():
+                self.end_answer(None)
+                self._calls.clear()
+                if self.is_attached:
+                    self.remove_children()
+                self.say("conversation cleared: your next message starts a new task, and the model sees nothing "
+                         "before it (the trajectory keeps everything)")
             case TurnEnd():
                 label = event.summary or event.reason
                 self.add(Static(f"■ {event.status}: {label}", classes="end" + ("" if event.status == "finished"
                                                                                   else " failed")))
+
+    def say(self, text: str, kind: str = "") -> None:
+        """A line from Tao itself (a command's answer, an attachment), set apart from the model's words."""
+        self.add(Static(Text(text), classes=f"note said {kind}".strip()))
 
     def add(self, widget: Static | Collapsible) -> None:
         """Append an entry at the bottom (the anchor keeps it in view unless the user scrolled up)."""

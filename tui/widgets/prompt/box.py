@@ -1,10 +1,14 @@
-"""The input box: the task first, then follow-up messages; `?` in an empty box shows the keys."""
+"""The input box: the task first, then follow-up messages; `?` in an empty box shows the keys; `/` starts a command,
+completed with Tab."""
 
 from __future__ import annotations
 
 from textual import events
 from textual.message import Message
+from textual.suggester import SuggestFromList
 from textual.widgets import Input
+
+from tui.screens.keys import COMMANDS
 
 
 class PromptBox(Input):
@@ -18,13 +22,20 @@ class PromptBox(Input):
         """The user typed `?` into the empty box."""
 
     def __init__(self) -> None:
-        super().__init__(placeholder="Describe the task and press Enter  (? for keys)", id="prompt")
+        super().__init__(placeholder="Describe the task and press Enter  (? for keys)", id="prompt",
+                         suggester=SuggestFromList([name for name, _ in COMMANDS if name.startswith("/")]))
 
     async def _on_key(self, event: events.Key) -> None:
         if event.character == "?" and not self.value:
             event.stop()
             event.prevent_default()
             self.post_message(self.HelpRequested())
+            return
+        if event.key == "tab" and self.value.startswith("/") and self._suggestion:
+            event.stop()
+            event.prevent_default()
+            self.value = self._suggestion  # complete the command
+            self.cursor_position = len(self.value)
             return
         await super()._on_key(event)
 

@@ -1,0 +1,237 @@
+"""Checkpoints of the work tree before each turn, and undo: a private git store that never touches the user's.
+
+    store = Checkpoints.open(repo, state_dir() / "checkpoints")
+    store.snapshot(1, "fix the test")     # before the agent works on a message
+    restored = store.undo()              # the work tree as it was before the last turn that changed it
+    store.diff()                         # what the session changed since its first checkpoint
+
+The store is a git directory of its own under Tao's state folder, one per repository, with its own index
+file per session and the repository as its work tree. Git runs with GIT_DIR, GIT_INDEX_FILE and
+GIT_WORK_TREE pointing there, so the user's HEAD, branch, index, stash and refs are never read for
+writing. In a git repository the store borrows the user's objects (alternates) and starts from a copy of
+the user's index, so the first snapshot only hashes what differs from it; `.gitignore` (and the user's
+`.git/info/exclude`) keep ignored trees out. Outside git, common heavy folders (node_modules, .venv, ...)
+are left out. Ignored files are never restored or removed by an undo.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.events import Checkpointed, Event, Undone
+
+# Left out of snapshots of a directory that is not a git repository (it has no .gitignore to say so).
+DEFAULT_EXCLUDES = ("node_modules/", ".venv/", "venv/", "__pycache__/", "*.pyc", ".tox/", ".nox/", ".mypy_cache/",
+                    ".pytest_cache/", ".ruff_cache/", ".cache/", ".git/", ".hg/", ".svn/")
+# Fixed identity and dates: a checkpoint's commit id depends only on the trees it records.
+_IDENTITY = {"GIT_AUTHOR_NAME": "tao", "GIT_AUTHOR_EMAIL": "tao@localhost", "GIT_COMMITTER_NAME": "tao",
+             "GIT_COMMITTER_EMAIL": "tao@localhost", "GIT_AUTHOR_DATE": "1970-01-01T00:00:00Z",
+             "GIT_COMMITTER_DATE": "1970-01-01T00:00:00Z"}
+# Variables that would point git at another repository than the store.
+_FOREIGN = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+            "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "GIT_PREFIX")
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be taken or restored (git is missing, or it failed); the message says why."""
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The work tree as it was before one turn."""
+
+    turn: int
+    commit: str
+    tree: str
+    label: str  # the message of the turn, first line
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What an undo did: the checkpoint it went back to, and the files it changed to get there."""
+
+    checkpoint: Checkpoint
+    saved: str  # a commit of the work tree as it was just before the undo (nothing is lost for good)
+    modified: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # created since the checkpoint
+    recreated: list[str] = field(default_factory=list)  # deleted since the checkpoint
+
+    def summary(self) -> str:
+        """One line for people: which turn was undone and what changed on disk."""
+        return describe_undo(self.checkpoint.turn, self.checkpoint.label, self.modified, self.removed, self.recreated)
+
+
+class Checkpoints:
+    """The checkpoints of one session in one work tree; thread-safe (callers run it in a worker thread)."""
+
+    def __init__(self, root: Path, git_dir: Path, name: str) -> None:
+        """Use `open`; `name` keeps this session's index apart from other sessions' in the same store."""
+        self.root, self.git_dir = root, git_dir
+        self.index = git_dir / f"index-{name}"
+        self.stack: list[Checkpoint] = []  # checkpoints an undo can still go back to, oldest first
+        self.start: Checkpoint | None = None  # the session's first checkpoint, for `diff`
+        self._lock = threading.Lock()
+        self._seeded = False
+
+    @classmethod
+    def open(cls, root: Path, folder: Path, name: str = "") -> Checkpoints:
+        """The store of `root` under `folder` (made on first use); raises CheckpointError when git cannot run."""
+        root = root.resolve()
+        if shutil.which("git") is None:
+            raise CheckpointError("git is not installed, so Tao keeps no checkpoints and /undo is unavailable")
+        git_dir = folder / hashlib.sha256(str(root).encode()).hexdigest()[:16]
+        store = cls(root, git_dir, name or f"{os.getpid()}-{id(root):x}")
+        store._prepare()
+        return store
+
+    # -- taking and restoring -----------------------------------------------------------------------
+
+    def snapshot(self, turn: int, label: str) -> Checkpoint:
+        """Record the work tree as it is now, before turn `turn` (tracked and untracked, ignored files left out)."""
+        with self._lock:
+            tree = self._stage()
+            parent = ["-p", self.stack[-1].commit] if self.stack else []
+            commit = self._git("commit-tree", tree, *parent, "-m", f"turn {turn}: {label}").strip()
+            checkpoint = Checkpoint(turn, commit, tree, label)
+            self.stack.append(checkpoint)
+            self.start = self.start or checkpoint
+            return checkpoint
+
+    def undo(self) -> Restored | None:
+        """Put the work tree back as it was before the last turn that changed it; None when no turn did."""
+        with self._lock:
+            current = self._stage()
+            while self.stack and self.stack[-1].tree == current:
+                self.stack.pop()  # that turn changed nothing: undo the one before
+            if not self.stack:
+                return None
+            checkpoint = self.stack.pop()
+            saved = self._git("commit-tree", current, "-p", checkpoint.commit, "-m", "before undo").strip()
+            changes = self._git("diff-index", "--cached", "--no-renames", "--name-status", "-z", checkpoint.tree)
+            modified, removed, recreated = _split(changes)
+            self._git("read-tree", "-u", "--reset", checkpoint.tree)
+            return Restored(checkpoint, saved, modified, removed, recreated)
+
+    def diff(self) -> str | None:
+        """The patch from the session's first checkpoint to the work tree now; None before the first one."""
+        with self._lock:
+            if self.start is None:
+                return None
+            self._stage()
+            return self._git("diff", "--cached", "--binary", "--no-color", "--no-ext-diff", self.start.tree)
+
+    def adopt(self, checkpoints: list[Checkpoint]) -> None:
+        """Take over a resumed session's checkpoints (oldest first), those whose commits the store still has."""
+        with self._lock:
+            kept = [c for c in checkpoints if self._run("cat-file", "-e", f"{c.commit}^{{commit}}").returncode == 0]
+            self.stack = kept
+            self.start = self.start or (kept[0] if kept else None)
+
+    def close(self) -> None:
+        """Drop this session's index (the commits stay in the store)."""
+        self.index.unlink(missing_ok=True)
+
+    # -- git ----------------------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        """Make the store if needed, borrow the user's objects, and write the exclude rules."""
+        if not (self.git_dir / "HEAD").is_file():
+            self.git_dir.mkdir(parents=True, exist_ok=True)
+            init = subprocess.run(["git", "init", "-q", "--bare", str(self.git_dir)], capture_output=True, text=True,
+                                  env=_clean_env())
+            if init.returncode != 0:
+                raise CheckpointError(f"could not make the checkpoint store {self.git_dir}: {init.stderr.strip()}")
+            for key, value in (("gc.auto", "0"), ("commit.gpgSign", "false"), ("core.fsmonitor", "false")):
+                self._git("config", key, value)
+        user = self._user_git_dir()
+        info = self.git_dir / "info"
+        info.mkdir(exist_ok=True)
+        rules = list(DEFAULT_EXCLUDES) if user is None else [".git/"]
+        if user is not None:
+            (self.git_dir / "objects" / "info" / "alternates").write_text(f"{user / 'objects'}\n")
+            exclude = user / "info" / "exclude"
+            if exclude.is_file():
+                rules.append(exclude.read_text(encoding="utf-8", errors="replace"))
+        if self.git_dir.parent.is_relative_to(self.root):  # Tao's state kept inside the repository: never snapshot it
+            rules.append("/" + self.git_dir.parent.relative_to(self.root).as_posix() + "/")
+        (info / "exclude").write_text("\n".join(rules) + "\n", encoding="utf-8")
+
+    def _user_git_dir(self) -> Path | None:
+        """The user's common git directory when the work tree's root is a repository's top level, else None."""
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel", "--git-common-dir"], cwd=self.root,
+                             capture_output=True, text=True, env=_clean_env())
+        lines = top.stdout.splitlines()
+        if top.returncode != 0 or len(lines) != 2 or Path(lines[0]).resolve() != self.root:
+            return None
+        common = Path(lines[1])
+        return (common if common.is_absolute() else self.root / common).resolve()
+
+    def _stage(self) -> str:
+        """Bring this session's index up to the work tree and return its tree id."""
+        if not self._seeded:
+            self._seeded = True
+            user = self._user_git_dir()
+            if user is not None and (user / "index").is_file() and not self.index.exists():
+                shutil.copyfile(user / "index", self.index)  # its stat data spares hashing unchanged files
+            if self._run("add", "-A", "--ignore-errors", "--", ".").returncode != 0:
+                self.index.unlink(missing_ok=True)  # a copied index git cannot use here (a split index): start afresh
+        self._git("add", "-A", "--ignore-errors", "--", ".")
+        return self._git("write-tree").strip()
+
+    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**_clean_env(), **_IDENTITY, "GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.root),
+               "GIT_INDEX_FILE": str(self.index)}
+        return subprocess.run(["git", *args], cwd=self.root, env=env, capture_output=True, text=True,
+                              errors="surrogateescape")
+
+    def _git(self, *args: str) -> str:
+        done = self._run(*args)
+        if done.returncode != 0:
+            raise CheckpointError(f"git {args[0]} failed in the checkpoint store {self.git_dir}: "
+                                  f"{done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout
+
+
+def _clean_env() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key not in _FOREIGN}
+
+
+def _split(name_status: str) -> tuple[list[str], list[str], list[str]]:
+    """`diff-index --name-status -z` against a checkpoint: (modified, created since, deleted since)."""
+    fields = name_status.split("\0")
+    modified: list[str] = []
+    removed: list[str] = []
+    recreated: list[str] = []
+    for status, path in zip(fields[0::2], fields[1::2]):
+        {"A": removed, "D": recreated}.get(status[:1], modified).append(path)
+    return modified, removed, recreated
+
+
+def describe_undo(turn: int, label: str, modified: list[str], removed: list[str], recreated: list[str]) -> str:
+    """An undo in one line: the turn undone, then the files restored, removed and brought back."""
+    parts = [f"{verb} {_files(paths)}" for verb, paths in (("restored", modified), ("removed", removed),
+                                                             ("brought back", recreated)) if paths]
+    return f"undid turn {turn} ({label}): {'; '.join(parts) or 'no file changed'}"
+
+
+def _files(paths: list[str], shown: int = 3) -> str:
+    more = f" and {len(paths) - shown} more" if len(paths) > shown else ""
+    return ", ".join(paths[:shown]) + more
+
+
+def from_events(events: list[Event]) -> list[Checkpoint]:
+    """The checkpoints an undo can still go back to, from a saved session's `checkpoint` and `undo` events."""
+    stack: list[Checkpoint] = []
+    for event in events:
+        if isinstance(event, Checkpointed):
+            stack.append(Checkpoint(event.turn, event.commit, event.tree, event.label))
+        elif isinstance(event, Undone):
+            while stack and stack.pop().commit != event.commit:
+                pass
+    return stack

@@ -1,0 +1,164 @@
+"""Checkpoints and undo on real git repositories: the work tree goes back, the user's git state never moves."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from harness.checkpoints import Checkpoints, from_events
+from harness.events import Checkpointed, Undone
+from tests.helpers import git, make_calc_repo
+
+
+def user_state(repo: Path) -> dict[str, str]:
+    """Everything of the user's git state that checkpoints must leave byte-identical."""
+    return {
+        "status": git(repo, "status", "--porcelain=v1", "--untracked-files=all", "--ignored"),
+        "head": git(repo, "rev-parse", "HEAD"),
+        "branch": git(repo, "symbolic-ref", "HEAD"),
+        "cached": git(repo, "diff", "--cached", "--binary"),
+        "stash": git(repo, "stash", "list"),
+        "refs": git(repo, "for-each-ref"),
+        "index": git(repo, "ls-files", "--stage"),
+    }
+
+
+def tree(root: Path) -> dict[str, str]:
+    """Every file under root (but .git) with its content."""
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*"))
+            if p.is_file() and ".git" not in p.relative_to(root).parts}
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """The calc repository with a staged change, a stash, an ignored folder and an untracked file."""
+    repo = make_calc_repo(tmp_path)
+    (repo / ".gitignore").write_text("build/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-qm", "ignore build")
+    (repo / "README.md").write_text("stashed change\n")
+    git(repo, "stash", "-q")
+    (repo / "calc" / "ops.py").write_text((repo / "calc" / "ops.py").read_text() + "# staged\n")
+    git(repo, "add", "calc/ops.py")
+    (repo / "notes.txt").write_text("mine, untracked\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "big.bin").write_text("ignored\n")
+    return repo
+
+
+def test_undo_restores_modified_deleted_and_created_files_and_leaves_git_alone(repo: Path, tmp_path: Path) -> None:
+    before = user_state(repo)
+    index = (repo / ".git" / "index").read_bytes()  # `git status` refreshes it; ours must never write it
+    store = Checkpoints.open(repo, tmp_path / "state")
+    start = tree(repo)
+    store.snapshot(1, "fix add")
+    (repo / "calc" / "ops.py").write_text("changed by turn 1\n")
+    (repo / "notes.txt").unlink()
+    (repo / "calc" / "new").mkdir()
+    (repo / "calc" / "new" / "made.py").write_text("created\n")
+    after_one = tree(repo)
+    store.snapshot(2, "and more")
+    (repo / "README.md").write_text("turn 2\n")
+    (repo / "build" / "out.o").write_text("ignored output\n")
+
+    second = store.undo()
+    assert second is not None and second.checkpoint.turn == 2 and second.modified == ["README.md"]
+    assert {k: v for k, v in tree(repo).items() if not k.startswith("build/")} == {
+        k: v for k, v in after_one.items() if not k.startswith("build/")}
+    first = store.undo()
+    assert first is not None and first.checkpoint.turn == 1
+    assert (first.modified, first.removed, first.recreated) == (["calc/ops.py"], ["calc/new/made.py"], ["notes.txt"])
+    assert "undid turn 1 (fix add)" in first.summary() and "brought back notes.txt" in first.summary()
+    assert {k: v for k, v in tree(repo).items() if k != "build/out.o"} == start
+    assert not (repo / "calc" / "new").exists()  # the folder the turn made is gone with its file
+    assert (repo / "build" / "out.o").exists()  # ignored files are never touched
+    assert store.undo() is None  # past the session's start: nothing to undo
+    assert (repo / ".git" / "index").read_bytes() == index
+    (repo / "build" / "out.o").unlink()
+    assert user_state(repo) == before
+
+
+def test_a_turn_that_changed_nothing_is_skipped_and_diff_covers_the_session(repo: Path, tmp_path: Path) -> None:
+    store = Checkpoints.open(repo, tmp_path / "state")
+    assert store.diff() is None
+    store.snapshot(1, "edit")
+    (repo / "calc" / "ops.py").write_text("edited\n")
+    store.snapshot(2, "only looked")
+    diff = store.diff()
+    assert diff is not None and "+edited" in diff and "notes.txt" not in diff  # untracked before the session
+    restored = store.undo()
+    assert restored is not None and restored.checkpoint.turn == 1
+    assert store.diff() == ""
+
+
+def test_the_store_keeps_ignored_trees_out_and_borrows_the_users_objects(repo: Path, tmp_path: Path) -> None:
+    store = Checkpoints.open(repo, tmp_path / "state")
+    checkpoint = store.snapshot(1, "look")
+    listed = subprocess.run(["git", "--git-dir", str(store.git_dir), "ls-tree", "-r", "--name-only",
+                             checkpoint.commit], capture_output=True, text=True, check=True).stdout.split()
+    assert "notes.txt" in listed and "calc/ops.py" in listed and not any(p.startswith("build/") for p in listed)
+    objects = store.git_dir / "objects"
+    loose = [p for p in objects.glob("??/*")]
+    assert len(loose) < len(listed)  # unchanged files are the user's blobs, not copies
+
+
+def test_a_directory_that_is_not_a_repository(tmp_path: Path) -> None:
+    work = tmp_path / "plain"
+    (work / "node_modules" / "dep").mkdir(parents=True)
+    (work / "node_modules" / "dep" / "index.js").write_text("heavy\n")
+    (work / "main.py").write_text("print(1)\n")
+    store = Checkpoints.open(work, tmp_path / "state")
+    store.snapshot(1, "go")
+    (work / "main.py").write_text("print(2)\n")
+    (work / "extra.py").write_text("x\n")
+    restored = store.undo()
+    assert restored is not None and restored.removed == ["extra.py"] and restored.modified == ["main.py"]
+    assert (work / "main.py").read_text() == "print(1)\n" and not (work / "extra.py").exists()
+    assert (work / "node_modules" / "dep" / "index.js").exists()
+    assert not (work / ".git").exists()
+
+
+def test_two_sessions_in_one_repository_keep_their_own_checkpoints(repo: Path, tmp_path: Path) -> None:
+    one = Checkpoints.open(repo, tmp_path / "state", "one")
+    two = Checkpoints.open(repo, tmp_path / "state", "two")
+    one.snapshot(1, "first session")
+    (repo / "a.txt").write_text("a\n")
+    two.snapshot(1, "second session")
+    (repo / "b.txt").write_text("b\n")
+    restored = two.undo()
+    assert restored is not None and restored.removed == ["b.txt"] and (repo / "a.txt").exists()
+    one.close()
+    two.close()
+    assert not one.index.exists()
+
+
+def test_a_resumed_session_can_still_undo_the_turns_before_it(repo: Path, tmp_path: Path) -> None:
+    first = Checkpoints.open(repo, tmp_path / "state", "first")
+    one = first.snapshot(1, "make x")
+    (repo / "x.txt").write_text("x\n")
+    two = first.snapshot(2, "make y")
+    (repo / "y.txt").write_text("y\n")
+    restored = first.undo()
+    assert restored is not None and not (repo / "y.txt").exists()
+    first.close()
+    saved = [Checkpointed(0.0, 1, 1, one.commit, one.tree, one.label), Checkpointed(0.0, 2, 2, two.commit, two.tree),
+             Undone(0.0, 2, 2, two.commit, restored.saved)]
+    again = Checkpoints.open(repo, tmp_path / "state", "again")
+    again.adopt(from_events(saved))
+    restored = again.undo()
+    assert restored is not None and restored.checkpoint.turn == 1 and not (repo / "x.txt").exists()
+    assert again.undo() is None
+
+
+def test_a_store_kept_inside_the_work_tree_is_never_snapshotted(tmp_path: Path) -> None:
+    work = tmp_path / "plain"
+    work.mkdir()
+    (work / "main.py").write_text("print(1)\n")
+    store = Checkpoints.open(work, work / ".state" / "checkpoints")
+    store.snapshot(1, "one")
+    checkpoint = store.snapshot(2, "two")
+    listed = subprocess.run(["git", "--git-dir", str(store.git_dir), "ls-tree", "-r", "--name-only",
+                             checkpoint.commit], capture_output=True, text=True, check=True).stdout.split()
+    assert listed == ["main.py"]
