@@ -98,6 +98,7 @@ class LLMEnd(Event):
     output_tokens: int = 0
     ttft: float | None = None
     decode_seconds: float | None = None
+    context_window: int | None = None  # the engine's window in tokens, when it knows it (the context gauge)
 
 
 @dataclass
@@ -208,6 +209,20 @@ class SessionResume(Event):
     session_id: str
     steps: int
     started_at: str = ""  # wall-clock ISO time, for people
+
+
+@dataclass
+class ContextCompact(Event):
+    """Older tool observations were replaced by short stubs so that the prompt fits the model's window."""
+
+    type: ClassVar[str] = "context_compact"
+    step: int
+    reason: str  # auto (the prompt neared the window), user (/compact), too_long (the engine refused the prompt)
+    messages: list[int]  # indices in the conversation (0 is the system prompt) of the observations stubbed
+    tokens_before: int  # estimated prompt tokens before and after
+    tokens_after: int
+    freed: int
+    context_window: int | None = None
 
 
 @dataclass
