@@ -18,7 +18,7 @@ from harness.errors import UsageError
 from harness.events import (ContextCompact, Event, EventDecodeError, FormatError, LLMEnd, SessionEnd, SessionStart,
                             ToolResult, TurnEnd, UserMessage, read_trajectory)
 
-LAST = "last"  # what `--resume` without a file stands for: the newest saved session of this repository
+LAST = "last"  # what `--continue` stands for: the newest saved session of this repository
 
 
 def assistant_message(raw: str, native: list[dict[str, Any]] | None, has_calls: bool) -> dict[str, Any]:
