@@ -10,10 +10,12 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+
 from harness import protocol
 from harness.context import MAX_INSTRUCTIONS_CHARS, STUB_MARK, project_instructions
 from harness.engine.base import LLMRequest
-from harness.engine.replay import Recording, ReplayEngine, Turn
+from harness.engine.replay import ForcedReplayEngine, Recording, ReplayEngine, Turn
 from harness.events import ContextCompact, Event, LLMEnd, SessionEnd, TrajectoryWriter, comparable, read_trajectory
 from harness.history import rebuild
 from harness.session import Session
@@ -174,3 +176,18 @@ async def test_compact_on_request_stubs_all_but_the_recent_turns(tmp_path: Path)
     assert event is not None and event.reason == "user" and event.context_window is None
     assert event.messages == [3, 5, 7]  # results of answers 1-3; answers 4, 5 and the finish keep theirs
     assert session.compact() is None  # nothing left to shorten
+
+
+@pytest.mark.engine
+async def test_the_real_engine_near_its_window_compacts_and_goes_on(tmp_path: Path, vllm_engine) -> None:
+    """Forced answers through the embedded model's 8,192-token window: four reads of a long file would
+    overflow it (ContextTooLong at the fourth step); the session compacts by the real tokenizer's counts."""
+    repo = make_calc_repo(tmp_path)
+    (repo / "notes.txt").write_text("".join(f"line {i}: what the calculator does and why\n" for i in range(220)))
+    engine = ForcedReplayEngine(vllm_engine, reading(4))
+    end, events, _ = await run(repo, engine)
+    assert end.status == "finished", end.reason
+    answers = [e for e in events if isinstance(e, LLMEnd)]
+    assert {e.context_window for e in answers} == {8192}
+    assert max(e.prompt_tokens for e in answers) < 8192 * 0.8
+    assert any(isinstance(e, ContextCompact) and e.reason == "auto" for e in events)
