@@ -6,8 +6,8 @@ import re
 import sys
 from typing import TextIO
 
-from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, SpecObsSettle, SpecPromote,
-                            SpecSummary, ToolCall, ToolResult)
+from harness.events import (ContextCompact, Event, FormatError, LLMEnd, SessionEnd, SessionStart, SpecObsSettle,
+                            SpecPromote, SpecSummary, ToolCall, ToolResult)
 
 PREVIEW_LINES = 6
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
@@ -59,6 +59,9 @@ class HumanLog:
                 return f"{stamp} <- {event.name} {status}\n{_preview(event.output)}"
             case FormatError():
                 return f"{stamp} step {event.step}: no usable tool call: {event.error[:200]}"
+            case ContextCompact():
+                return (f"{stamp} context compacted ({event.reason}): {counted(len(event.messages), 'older tool result')} "
+                        f"stubbed, about {event.tokens_before:,} -> {event.tokens_after:,} prompt tokens")
             case SpecPromote():
                 how = "served from a speculated read" if event.sliced else "from speculation"
                 return f"{stamp} <- result {how} ({event.saved:.2f}s hidden)"

@@ -22,9 +22,9 @@ from harness import context, protocol
 from harness.approval import ApprovalPolicy, request_for
 from harness.engine.base import Chunk, Engine, LLMRequest, Usage
 from harness.errors import ContextTooLong, EngineError, Finished, Interrupted, LimitExceeded, SessionStop
-from harness.events import (Approval, ContextCompact, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken, LLMStart,
-                            SessionEnd, SessionResume, SessionStart, SpecReady, SpecToggle, ToolCall, ToolResult,
-                            TurnEnd, UserMessage)
+from harness.events import (Approval, ContextCompact, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken,
+                            LLMStart, SessionEnd, SessionResume, SessionStart, SpecReady, SpecToggle, ToolCall,
+                            ToolResult, TurnEnd, UserMessage)
 from harness.history import assistant_message, rebuild
 from harness.speculation.observation import ObservationSpeculator, Warm
 from harness.speculation.patterns import Analyzer, Partial

@@ -6,6 +6,7 @@ given a context window (`max_model_len`), refusing a longer prompt with ContextT
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from pathlib import Path
@@ -18,6 +19,7 @@ from harness.engine.base import LLMRequest
 from harness.engine.replay import ForcedReplayEngine, Recording, ReplayEngine, Turn
 from harness.events import ContextCompact, Event, LLMEnd, SessionEnd, TrajectoryWriter, comparable, read_trajectory
 from harness.history import rebuild
+from harness.log import HumanLog
 from harness.session import Session
 from harness.speculation.model import PatternModel
 from harness.speculation.patterns import Analyzer
@@ -133,6 +135,16 @@ async def test_a_session_near_its_window_compacts_and_goes_on(tmp_path: Path) ->
     stubbed = [m for m in last if STUB_MARK in m["content"]]
     assert stubbed and all(m["content"].startswith('<tool_result name="read_file">') for m in stubbed)
     assert "60\tline 59: what the calculator" in last[-1]["content"]  # the newest observation is whole
+
+
+async def test_the_headless_log_says_when_the_context_was_compacted(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    (repo / "notes.txt").write_text(NOTES)
+    stream = io.StringIO()
+    session = Session("read the notes", ReplayEngine(reading(4), max_model_len=3000), Workspace(repo),
+                      default_tools(), sinks=[HumanLog(stream)])
+    await session.run()
+    assert "context compacted (auto): 1 older tool result stubbed, about " in stream.getvalue()
 
 
 async def test_without_room_to_compact_the_error_stays(tmp_path: Path) -> None:

@@ -25,18 +25,21 @@ from tui.widgets.status.bar import StatusBar
 READS = [call("read_file", "Let me read it.", path="calc/ops.py")] * 4 + [call("finish", "Done.", summary="read")]
 
 
-async def gauge_after_a_session(isolated: Path, *flags: str) -> tuple[str, TaoApp]:
+async def gauge_after_a_session(isolated: Path, *flags: str) -> tuple[str, list[str], TaoApp]:
+    """The status line after a replayed session, the conversation's notes of compaction, and the app."""
     app = TaoApp(session_options(isolated, READS, "--no-speculation", *flags), task=TASK, masked=True)
     async with app.run_test(size=(160, 40)) as pilot:
         await until(pilot, lambda: "turn_end" in event_types(app), "the session's end")
         line = app.query_one(StatusBar).line().plain
+        notes = [str(note.render()) for note in app.query(".note") if "context compacted" in str(note.render())]
         await pilot.press("ctrl+q")
-    return line, app
+    return line, notes, app
 
 
 async def test_the_status_bar_shows_how_full_the_window_is(isolated: Path) -> None:
-    line, app = await gauge_after_a_session(isolated, "--max-model-len", "2000")
+    line, notes, app = await gauge_after_a_session(isolated, "--max-model-len", "2000")
     compactions = [e for e in app.shown if isinstance(e, ContextCompact)]
+    assert compactions and notes and "tokens freed" in notes[0]
     last_answer = [e for e in app.shown if isinstance(e, LLMEnd)][-1]
     share = compactions[-1].tokens_after if compactions and compactions[-1].t > last_answer.t else \
         last_answer.prompt_tokens
@@ -44,7 +47,7 @@ async def test_the_status_bar_shows_how_full_the_window_is(isolated: Path) -> No
 
 
 async def test_an_engine_that_does_not_know_its_window_shows_no_gauge(isolated: Path) -> None:
-    line, _ = await gauge_after_a_session(isolated)
+    line, _, _ = await gauge_after_a_session(isolated)
     assert "ctx" not in line
 
 

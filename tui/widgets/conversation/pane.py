@@ -10,8 +10,9 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Collapsible, Static
 
-from harness.events import (Approval, Event, FormatError, Interrupt, LLMDelta, LLMEnd, SessionResume, SessionStart,
-                            ToolCall, ToolResult, TurnEnd, UserMessage)
+from harness.events import (Approval, ContextCompact, Event, FormatError, Interrupt, LLMDelta, LLMEnd, SessionResume,
+                            SessionStart, ToolCall, ToolResult, TurnEnd, UserMessage)
+from harness.log import counted
 from tui.widgets.conversation.render import call_summary, edit_diff, prose
 
 RESULT_LINES = 40  # lines of a result shown in the pane; the whole result is in the trajectory
@@ -102,6 +103,9 @@ class ConversationPane(VerticalScroll):
                 self.add(Static(f"{verb} by {event.by}: {event.command}{said}", classes=f"note {event.decision}"))
             case FormatError():
                 self.add(Static("the answer held no tool call; the model was reminded of the format", classes="note"))
+            case ContextCompact():
+                self.add(Static(f"context compacted: {counted(len(event.messages), 'older tool result')} replaced by "
+                                f"a stub, about {event.freed:,} tokens freed", classes="note"))
             case Interrupt():
                 self.end_answer(None)
                 self.add(Static(f"⏹ interrupted ({event.stage})", classes="note deny"))
