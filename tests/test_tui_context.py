@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,19 @@ async def test_continue_takes_the_last_session_and_resume_without_one_says_so(is
     elsewhere.mkdir()
     with pytest.raises(UsageError, match="no saved session of"):
         sessions_to_pick(elsewhere)
+
+
+async def test_the_picker_opens_from_the_app_before_a_session_starts(isolated: Path) -> None:
+    repo, older, newer = await two_sessions(isolated)
+    options = session_options(isolated / "again", [call("finish", summary="more")])
+    app = TaoApp(replace(options, repo=repo), masked=True)  # what a `/resume` command calls
+    async with app.run_test(size=(140, 40)) as pilot:
+        app.action_pick_session()
+        await until(pilot, lambda: isinstance(app.screen, SessionPicker), "the session picker")
+        await pilot.press("enter")
+        await until(pilot, lambda: "session_resume" in event_types(app), "the resumed session")
+        assert app.resume == newer
+        app.action_pick_session()  # a session is open now: it says how to switch instead
+        await pilot.pause()
+        assert not isinstance(app.screen, SessionPicker)
+        await pilot.press("ctrl+q")
