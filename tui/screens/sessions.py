@@ -21,7 +21,7 @@ def label(session: SavedSession) -> Text:
     """One line: when it last ran, its steps, how it ended, and the first line of its task."""
     text = Text()
     text.append(f"{session.when()}  ", style="dim")
-    text.append(f"{session.steps:>3} step{'' if session.steps == 1 else 's'}  ")
+    text.append(f"{session.steps:>3} {'step' if session.steps == 1 else 'steps':<5}  ")
     text.append(f"{session.ended:<11} ", style=ENDED_STYLE.get(session.ended, ""))
     text.append(session.task)
     return text
