@@ -242,11 +242,12 @@ class Session:
                 self.compact("auto")
 
     def compact(self, reason: str = "user") -> ContextCompact | None:
-        """Replace older tool observations by short stubs; the event said so, or None when nothing could go.
+        """Replace older tool observations by short stubs; returns the context_compact event it emitted, or None
+        when nothing could go (`/compact` calls this between turns).
 
-        Automatic compaction goes down to half the window (so the prefix cache lasts many steps), after the
-        engine refused a prompt down to the compaction limit; asked by the user (`reason="user"`), every
-        observation but the recent turns' goes. Safe between turns: a request in flight keeps its own copy.
+        Automatic compaction (`auto`) goes down to half the window, so the prefix cache lasts many steps; after
+        the engine refused a prompt (`too_long`), down to the compaction limit; asked by the user (`user`),
+        every observation but the recent turns' goes. A request in flight keeps its own copy of the messages.
         """
         target = None  # the user's /compact: all but the recent turns
         if self.window is not None and reason != "user":
