@@ -26,6 +26,7 @@ from harness.errors import EngineUnavailable, TaoError, UsageError
 from harness.events import Event, LLMEnd, SessionEnd, TrajectoryWriter, TurnEnd, UserMessage
 from harness.history import LAST, choose_session, load_saved, new_trajectory, rebuild, unanswered
 from harness.log import HumanLog, counted
+from harness.saved import PICK
 from harness.session import Outcome, Session, SessionConfig
 from harness.shutdown import terminate_as_interrupt
 from harness.speculation.model import PatternModel, installed_model
@@ -64,7 +65,8 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-constrain", action="store_true",
                        help="do not constrain decoding to well-formed calls (for strong models)")
     group.add_argument("--max-model-len", type=int,
-                       help="context length for --engine vllm (default: 8192 embedded, else the model's)")
+                       help="context length for --engine vllm (default: 8192 embedded, else the model's); "
+                            "with --engine replay, a window the replayed prompts must fit")
 
 
 def add_session_flags(parser: argparse.ArgumentParser) -> None:
@@ -91,14 +93,15 @@ def add_session_flags(parser: argparse.ArgumentParser) -> None:
                              "if present; build one with `tao traces learn`); each session first adapts it "
                              "to your 20 newest past sessions in the state folder")
     try:
-        parser.add_argument("--resume", nargs="?", const=LAST, metavar="TRAJECTORY",
+        parser.add_argument("--resume", nargs="?", const=PICK, metavar="TRAJECTORY",
                             help="continue a saved session to its end, in its own repository and trajectory file: "
-                                 "the given file, or the last session of this repository (the engine and limits "
-                                 "come from this command's flags)")
+                                 "the given file; without one, the TUI lists this repository's sessions to choose "
+                                 "from (headless: the last one). The engine and limits come from this command's "
+                                 "flags")
     except argparse.ArgumentError:
         pass  # `tao tui` defines its own --resume, with the same meaning
     parser.add_argument("--continue", dest="resume", action="store_const", const=LAST,
-                        help="continue the last session of this repository (--resume without a file)")
+                        help="continue the last session of this repository (--resume without a file lets you choose)")
 
 
 def engine_options(args: argparse.Namespace) -> EngineOptions:
@@ -168,7 +171,7 @@ class Continued(Session):
 
 def saved_session(resume: str, repo: Path) -> Path:
     """The trajectory `--resume` names: the given file, or (LAST) the newest session that ran in `repo`."""
-    if resume == LAST:
+    if resume in (LAST, PICK):  # headless: no screen to choose on, so the last one
         return choose_session(state_dir() / "trajectories", repo)
     path = Path(resume).expanduser()
     if not path.is_file():
@@ -353,8 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     tui = sub.add_parser("tui", help="open the terminal UI (what `tao` alone does)")
     tui.add_argument("--repo", default=".", help="the repository to work in (default: current directory)")
-    tui.add_argument("--resume", nargs="?", const="last", type=str, metavar="TRAJECTORY",
-                     help="reopen a saved session: the last one (in this repository if any), or the given file")
+    tui.add_argument("--resume", nargs="?", const=PICK, type=str, metavar="TRAJECTORY",
+                     help="reopen a saved session: the given file, or one chosen from this repository's sessions")
     add_session_flags(tui)
     add_engine_flags(tui)
     tui.set_defaults(func=cmd_tui)

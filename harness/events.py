@@ -98,6 +98,7 @@ class LLMEnd(Event):
     output_tokens: int = 0
     ttft: float | None = None
     decode_seconds: float | None = None
+    context_window: int | None = None  # the engine's window in tokens, when it knows it (the context gauge)
 
 
 @dataclass
@@ -254,6 +255,20 @@ class Attached(Event):
     content: str  # appended to the message the model gets
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # for the user: a missing file, a truncated one
+
+
+@dataclass
+class ContextCompact(Event):
+    """Older tool observations were replaced by short stubs so that the prompt fits the model's window."""
+
+    type: ClassVar[str] = "context_compact"
+    step: int
+    reason: str  # auto (the prompt neared the window), user (/compact), too_long (the engine refused the prompt)
+    messages: list[int]  # indices in the conversation (0 is the system prompt) of the observations stubbed
+    tokens_before: int  # estimated prompt tokens before and after
+    tokens_after: int
+    freed: int
+    context_window: int | None = None
 
 
 @dataclass

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness import protocol
+from harness import context, protocol
 from harness.errors import UsageError
-from harness.events import (Attached, ContextCleared, Event, EventDecodeError, FormatError, LLMEnd, SessionEnd,
-                            SessionStart, ToolResult, TurnEnd, UserMessage, read_trajectory)
+from harness.events import (Attached, ContextCleared, ContextCompact, Event, EventDecodeError, FormatError,
+                            LLMEnd, SessionEnd, SessionStart, ToolResult, TurnEnd, UserMessage, read_trajectory)
 
-LAST = "last"  # what `--resume` without a file stands for: the newest saved session of this repository
+LAST = "last"  # what `--continue` stands for: the newest saved session of this repository
 
 
 def assistant_message(raw: str, native: list[dict[str, Any]] | None, has_calls: bool) -> dict[str, Any]:
@@ -74,6 +74,8 @@ def rebuild(events: list[Event], native_tools: bool) -> History:
                 messages[-1] = {**messages[-1], "content": messages[-1]["content"] + event.content}
             case ContextCleared():
                 messages = []
+            case ContextCompact():  # the same stubs again: indices count the system prompt, absent here
+                messages = context.apply_stubs(messages, [index - 1 for index in event.messages])
             case TurnEnd() | SessionEnd():
                 status, reason = event.status, event.reason
     return History(start, messages, steps, tokens, events[-1].t if events else 0.0, status, reason)

@@ -6,8 +6,8 @@ import re
 import sys
 from typing import TextIO
 
-from harness.events import (Attached, Event, FormatError, LLMEnd, SessionEnd, SessionStart, SpecObsSettle, SpecPromote,
-                            SpecSummary, ToolCall, ToolResult)
+from harness.events import (Attached, ContextCompact, Event, FormatError, LLMEnd, SessionEnd, SessionStart,
+                            SpecObsSettle, SpecPromote, SpecSummary, ToolCall, ToolResult)
 
 PREVIEW_LINES = 6
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
@@ -62,6 +62,9 @@ class HumanLog:
             case Attached(files=files, notes=notes) if files or notes:
                 told = "".join(f"\n{' ' * 10} {note}" for note in notes)
                 return f"{stamp} attached {', '.join(files) or 'no file'}{told}"
+            case ContextCompact():
+                return (f"{stamp} context compacted ({event.reason}): {counted(len(event.messages), 'older tool result')} "
+                        f"stubbed, about {event.tokens_before:,} -> {event.tokens_after:,} prompt tokens")
             case SpecPromote():
                 how = "served from a speculated read" if event.sliced else "from speculation"
                 return f"{stamp} <- result {how} ({event.saved:.2f}s hidden)"

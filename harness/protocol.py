@@ -363,14 +363,18 @@ def valid_unicode(text: str) -> str:
     return text if text.isprintable() else _SURROGATE.sub("\ufffd", text)
 
 
-def render_system_prompt(tool_specs: list[dict[str, Any]], root: str, native_tools: bool = False) -> str:
-    """The system prompt; for text-protocol models it carries the tool specs and the call format."""
+def render_system_prompt(tool_specs: list[dict[str, Any]], root: str, native_tools: bool = False,
+                         instructions: str | None = None) -> str:
+    """The system prompt; for text-protocol models it carries the tool specs and the call format. The project's
+    `instructions` (harness.context.project_instructions) follow it; without them the prompt is unchanged."""
     if native_tools:
-        return (f"You are Tao, a careful coding agent. You work in the repository at {root}.\n"
-                "Solve the user's task with the tools, one call at a time. When the task is done, "
-                "call finish with a short summary of what you changed and why.")
-    lines = "\n".join(json.dumps(spec["function"], ensure_ascii=False) for spec in tool_specs)
-    return SYSTEM_TEMPLATE.format(root=root, tools=lines)
+        prompt = (f"You are Tao, a careful coding agent. You work in the repository at {root}.\n"
+                  "Solve the user's task with the tools, one call at a time. When the task is done, "
+                  "call finish with a short summary of what you changed and why.")
+    else:
+        lines = "\n".join(json.dumps(spec["function"], ensure_ascii=False) for spec in tool_specs)
+        prompt = SYSTEM_TEMPLATE.format(root=root, tools=lines)
+    return f"{prompt}\n\n{instructions}" if instructions else prompt
 
 
 def result_message(call: ParsedCall, output: str, native_tools: bool) -> dict[str, Any]:

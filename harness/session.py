@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from harness import protocol
+from harness import context, protocol
 from harness.approval import ApprovalPolicy, request_for
 from harness.between import BetweenTurns
 from harness.engine.base import Chunk, Engine, LLMRequest, Usage
-from harness.errors import EngineError, Finished, Interrupted, LimitExceeded, SessionStop
-from harness.events import (Approval, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken, LLMStart,
-                            SessionEnd, SessionResume, SessionStart, SpecReady, SpecToggle, ToolCall, ToolResult,
-                            TurnEnd, UserMessage)
+from harness.errors import ContextTooLong, EngineError, Finished, Interrupted, LimitExceeded, SessionStop
+from harness.events import (Approval, ContextCompact, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken,
+                            LLMStart, SessionEnd, SessionResume, SessionStart, SpecReady, SpecToggle, ToolCall,
+                            ToolResult, TurnEnd, UserMessage)
 from harness.history import assistant_message, rebuild
 from harness.speculation.observation import ObservationSpeculator, Warm
 from harness.speculation.patterns import Analyzer, Partial
@@ -112,7 +112,10 @@ class Session(BetweenTurns):
         self._open: list[protocol.ParsedCall] = []  # calls of the last answer that have no result yet
         self._request_id = ""
         self.between_turns(task)
-        system = protocol.render_system_prompt(tool_specs(tools), str(workspace.root), engine.native_tools)
+        self.window = context.window_of(engine)  # tokens; None when the engine does not know it
+        self.meter = context.Meter()
+        system = protocol.render_system_prompt(tool_specs(tools), str(workspace.root), engine.native_tools,
+                                               context.project_instructions(workspace.root))
         self.messages: list[dict] = [{"role": "system", "content": system}, {"role": "user", "content": task}]
 
     def emit(self, event: Event) -> None:
@@ -181,7 +184,12 @@ class Session(BetweenTurns):
             raise LimitExceeded(f"step limit of {self.config.max_steps} reached")
         self.steps += 1
         self.launch("a")
-        answer = await self.query()
+        try:
+            answer = await self.query()
+        except ContextTooLong:
+            if self.compact("too_long") is None:  # nothing left to shorten: the session ends with the error
+                raise
+            answer = await self.query()
         calls, told = protocol.in_order(answer.calls, answer.errors, self.engine.native_tools)
         self._open = [call for call, _ in calls]
         if not calls and not told:
@@ -201,6 +209,7 @@ class Session(BetweenTurns):
 
     async def query(self) -> Answer:
         """Stream one answer from the engine, parsing calls as they arrive."""
+        self.compact_if_due()
         request = LLMRequest(f"{self.session_id}-{self.steps}", list(self.messages),
                              tool_specs(list(self.tools.values())), self.config.max_tokens)
         stream = await self.open_stream(request)
@@ -225,13 +234,42 @@ class Session(BetweenTurns):
         parser.finish()
         self.output_tokens += usage.output_tokens
         self.prompt_tokens = usage.prompt_tokens  # in the engine's prefix cache now: warming starts there
+        self.meter.calibrate(request.messages, usage.prompt_tokens)
         recorded = protocol.recordable_calls(native) if native else None
         self.emit(LLMEnd(self.now(), self.steps, request.request_id, raw, recorded, finish_reason,
                          usage.prompt_tokens, usage.cached_tokens, usage.output_tokens, usage.ttft,
-                         usage.decode_seconds))
+                         usage.decode_seconds, self.window))
         calls, errors = protocol.parse_native_calls(native) if native else (parser.calls, parser.errors)
         self.messages.append(assistant_message(raw, recorded, bool(calls)))
         return Answer(parser.text, calls, errors)
+
+    def compact_if_due(self) -> None:
+        """Compact before a request whose prompt would come near the window (engines that know theirs)."""
+        if self.window is not None:
+            if self.meter.estimate(self.messages) > context.limit_for(self.window, self.config.max_tokens):
+                self.compact("auto")
+
+    def compact(self, reason: str = "user") -> ContextCompact | None:
+        """Replace older tool observations by short stubs; returns the context_compact event it emitted, or None
+        when nothing could go (`/compact` calls this between turns).
+
+        Automatic compaction (`auto`) goes down to half the window, so the prefix cache lasts many steps; after
+        the engine refused a prompt (`too_long`), down to the compaction limit; asked by the user (`user`),
+        every observation but the recent turns' goes. A request in flight keeps its own copy of the messages.
+        """
+        target = None  # the user's /compact: all but the recent turns
+        if self.window is not None and reason != "user":
+            target = int(self.window * context.COMPACT_TO) if reason == "auto" else context.limit_for(
+                self.window, self.config.max_tokens)
+        chosen = context.plan_compaction(self.messages, self.meter, target)
+        if not chosen:
+            return None
+        before = self.meter.estimate(self.messages)
+        self.messages[:] = context.apply_stubs(self.messages, chosen)
+        after = self.meter.estimate(self.messages)
+        event = ContextCompact(self.now(), self.steps, reason, chosen, before, after, before - after, self.window)
+        self.emit(event)
+        return event
 
     async def act(self, call: protocol.ParsedCall) -> Observation:
         """Run one call authoritatively and feed its observation back to the model."""

@@ -3,7 +3,8 @@
 The session runs in an async worker on the app's event loop (tools are subprocesses, so the UI never
 waits on them); its events come back as `SessionEvent` messages and each pane renders what concerns it.
 Approvals are asked through a modal; the session's trajectory is written as it runs, and `--resume`
-reopens it with the conversation drawn from its events.
+lists this repository's saved sessions to reopen one (`--continue`: the last), its conversation drawn
+from its events.
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from textual.worker import Worker
 from harness.approval import Answer
 from harness.errors import TaoError, UsageError
 from harness.events import Event, SessionEnd, read_trajectory
-from harness.history import load_saved
+from harness.history import choose_session, load_saved
 from harness.interactive import LiveSession, SessionOptions, engine_status, last_trajectory, open_session
+from harness.saved import PICK, SavedSession, repository_sessions
 from tui.commands import Commands, is_command
 from tui.screens.approval import GUARD_SECONDS, ApprovalScreen
 from tui.screens.diff import DiffScreen
 from tui.screens.keys import KeysScreen
+from tui.screens.sessions import SessionPicker
 from tui.widgets.conversation.pane import ConversationPane
 from tui.widgets.prompt.box import PromptBox
 from tui.widgets.speculation.pane import SpeculationPane
@@ -61,10 +64,12 @@ class TaoApp(App[int]):
     ]
 
     def __init__(self, options: SessionOptions, task: str = "", resume: Path | None = None,
-                 masked: bool = False) -> None:
-        """`masked` draws no clocks or durations: for snapshot tests and screenshots."""
+                 masked: bool = False, choices: list[SavedSession] | None = None) -> None:
+        """`masked` draws no clocks or durations: for snapshot tests and screenshots. `choices`: saved
+        sessions to pick one from at once (`tao --resume`)."""
         super().__init__()
         self.options, self.first_task, self.resume, self.masked = options, task, resume, masked
+        self.choices = choices
         self.live: LiveSession | None = None
         self.worker: Worker[None] | None = None
         self.pending: list[str] = []  # messages typed before the session was open
@@ -84,15 +89,47 @@ class TaoApp(App[int]):
     def on_mount(self) -> None:
         self.query_one(SpeculationPane).book.enabled = self.options.speculation
         if self.resume is not None:
-            for event in read_trajectory(self.resume):
-                self.show(event, time.monotonic())
-            self.start("")
+            self.open_saved(self.resume)
+        elif self.choices:
+            self.push_screen(SessionPicker(self.choices, self.options.repo), callback=self.picked)
         elif self.first_task:
             self.start(self.first_task)
         self.query_one(PromptBox).waiting_for("follow-up" if self.resume else "busy" if self.first_task else "task")
         self.query_one(PromptBox).cursor_blink = not self.masked  # a blinking cursor would change screenshots
         self.query_one(PromptBox).focus()
         self.set_interval(1.0, self.tick)
+
+    def open_saved(self, trajectory: Path) -> None:
+        """Draw a saved session's conversation and go on with it."""
+        self.resume = trajectory
+        for event in read_trajectory(trajectory):
+            self.show(event, time.monotonic())
+        self.start("")
+
+    def picked(self, trajectory: Path | None) -> None:
+        """The picker's answer: resume that session, or (None) stay on a new one."""
+        if trajectory is None or self.worker is not None:
+            return
+        try:
+            load_saved(trajectory)
+        except UsageError as exc:
+            self.notify(str(exc), title="That session cannot be resumed", severity="error", timeout=30)
+            return
+        self.open_saved(trajectory)
+        self.query_one(PromptBox).waiting_for("follow-up")
+
+    def action_pick_session(self) -> None:
+        """List this repository's saved sessions to resume one (before a session is open here)."""
+        if self.worker is not None:
+            self.notify("A session is open here. Quit (Ctrl+Q), then `tao --resume` lists the saved ones.", timeout=5)
+            return
+        from harness.cli import state_dir
+
+        sessions = repository_sessions(state_dir() / "trajectories", self.options.repo)
+        if not sessions:
+            self.notify("No saved session of this repository yet.", timeout=5)
+            return
+        self.push_screen(SessionPicker(sessions, self.options.repo), callback=self.picked)
 
     # -- the session, in a worker --------------------------------------------------------------------
 
@@ -228,8 +265,9 @@ class TaoApp(App[int]):
 
 
 def resolve_resume(resume: str | None, repo: Path) -> Path | None:
-    """The trajectory `--resume` names: the given file, or the last session (in this repository if any)."""
-    if resume is None:
+    """The trajectory `--resume FILE` or `--continue` names: the given file, or the last session (in this
+    repository if any)."""
+    if resume is None or resume == PICK:
         return None
     if resume != "last":
         path = Path(resume).expanduser()
@@ -246,14 +284,26 @@ def resolve_resume(resume: str | None, repo: Path) -> Path | None:
     return path
 
 
+def sessions_to_pick(repo: Path) -> list[SavedSession]:
+    """This repository's saved sessions for `--resume` without a file; a UsageError when it has none."""
+    from harness.cli import state_dir
+
+    folder = state_dir() / "trajectories"
+    sessions = repository_sessions(folder, repo)
+    if not sessions:
+        choose_session(folder, repo)  # raises, naming other repositories' sessions and how to resume one
+    return sessions
+
+
 def main(args: argparse.Namespace, repo: Path, task: str = "", resume: str | None = None) -> int:
     """`tao` / `tao tui`: open the app in `repo` on a new task (typed or given) or a resumed session."""
     if not repo.is_dir():
         raise UsageError(f"--repo {repo} is not a directory")
     options = SessionOptions.from_args(args, repo.resolve())
+    choices = sessions_to_pick(repo.resolve()) if resume == PICK else None
     trajectory = resolve_resume(resume, repo.resolve())
-    app = TaoApp(options, task, trajectory)
+    app = TaoApp(options, task, trajectory, choices=choices)
     app.run()
-    if app.ended is not None or trajectory is not None:
+    if app.ended is not None or app.resume is not None:
         print("session saved; reopen it with `tao --resume`")
     return app.return_code or 0

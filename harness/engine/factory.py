@@ -38,7 +38,8 @@ class EngineOptions:
     constrained: bool = True
     """Constrain decoding so every turn is a well-formed call (for small models)."""
     max_model_len: int | None = None
-    """Context length for the in-process engine; None: 8192 for the embedded model, else the model's own."""
+    """Context length for the in-process engine; None: 8192 for the embedded model, else the model's own. With
+    kind replay, a window the replayed prompts must fit (none by default)."""
     temperature: float = 0.6
     """Sampling temperature for the vllm and openai engines."""
     attach: bool = True
@@ -57,7 +58,7 @@ async def open_engine(options: EngineOptions) -> Engine:
         if options.replay is None:
             raise UsageError("--engine replay needs --replay FILE (a trajectory .jsonl or a JSON turn script)")
         return ReplayEngine(load_recording(options.replay), options.seconds_per_token,
-                            name=f"replay:{options.replay.name}")
+                            name=f"replay:{options.replay.name}", max_model_len=options.max_model_len)
     if options.kind == "openai":
         from harness.engine.openai_http import OpenAIEngine
 

@@ -52,6 +52,7 @@ class OpenAIEngine:
         self._responses: dict[str, httpx.Response] = {}
         self._aborted: dict[str, None] = {}  # an ordered set, trimmed to ABORTED_KEPT ids
         self._send_priority = is_vllm
+        self.max_model_len: int | None = None  # the context window, when the server lists it (vLLM does)
 
     @classmethod
     async def connect(cls, base_url: str, *, model: str | None = None, native_tools: bool | None = None,
@@ -77,8 +78,11 @@ class OpenAIEngine:
         except BaseException:
             await client.aclose()
             raise
-        return cls(client, base, model, native_tools=native_tools, is_vllm=is_vllm, constrained=constrained,
-                   temperature=temperature, reasoning_tokens=reasoning_tokens, name=name or f"openai:{model}")
+        engine = cls(client, base, model, native_tools=native_tools, is_vllm=is_vllm, constrained=constrained,
+                     temperature=temperature, reasoning_tokens=reasoning_tokens, name=name or f"openai:{model}")
+        window = next((item.get("max_model_len") for item in listed if item.get("id") == model), None)
+        engine.max_model_len = window if isinstance(window, int) and not isinstance(window, bool) else None
+        return engine
 
     def body(self, request: LLMRequest) -> dict[str, Any]:
         """The chat completion request body."""

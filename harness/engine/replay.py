@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.engine.base import Chunk, Engine, LLMRequest, Usage
-from harness.errors import ReplayExhausted, UsageError
+from harness.errors import ContextTooLong, ReplayExhausted, UsageError
 from harness.events import EventDecodeError, LLMEnd, SessionStart, read_trajectory
 
 # Roughly one token per short word piece, as BPE tokenizers split English and code.
@@ -97,10 +97,15 @@ def _turn(source: Path, index: int, item: Any) -> Turn:
 
 
 class ReplayEngine:
-    """Answers each request with the next recorded turn, one token-sized piece at a time."""
+    """Answers each request with the next recorded turn, one token-sized piece at a time.
 
-    def __init__(self, recording: Recording, seconds_per_token: float = 0.0, name: str = "replay") -> None:
+    With `max_model_len` it has a context window, as a real engine does: a prompt of that many tokens (four
+    characters each) is refused with ContextTooLong, and the turn stays for the next request."""
+
+    def __init__(self, recording: Recording, seconds_per_token: float = 0.0, name: str = "replay",
+                 max_model_len: int | None = None) -> None:
         self.recording = recording
+        self.max_model_len = max_model_len
         self.seconds_per_token = seconds_per_token
         self.name = name
         self.native_tools = any(turn.tool_calls for turn in recording.turns)
@@ -114,6 +119,10 @@ class ReplayEngine:
                 f"the recording has {len(self.recording.turns)} turns and all were replayed; "
                 "the session asked for one more"
             )
+        prompt_tokens = sum(len(str(m.get("content") or "")) for m in request.messages) // 4
+        if self.max_model_len is not None and prompt_tokens >= self.max_model_len:
+            raise ContextTooLong(f"the prompt has {prompt_tokens} tokens but the replayed context holds "
+                                 f"{self.max_model_len}")
         turn = self.recording.turns[self._next]
         self._next += 1
         start = time.monotonic()
@@ -127,8 +136,7 @@ class ReplayEngine:
             if first is None:
                 first = time.monotonic()
             yield Chunk(text=piece)
-        prompt_chars = sum(len(str(m.get("content") or "")) for m in request.messages)
-        usage = Usage(prompt_tokens=prompt_chars // 4, output_tokens=len(pieces),
+        usage = Usage(prompt_tokens=prompt_tokens, output_tokens=len(pieces),
                       ttft=(first or start) - start, decode_seconds=time.monotonic() - (first or start))
         yield Chunk(tool_calls=turn.tool_calls, usage=usage, finish_reason="stop")
 
@@ -154,6 +162,11 @@ class ForcedReplayEngine:
         self.recording = recording
         self.name = f"forced:{inner.name}"
         self.prefix_cache = inner.prefix_cache
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The real engine's context window (the context gauge and compaction go by it)."""
+        return getattr(self.inner, "max_model_len", None)
 
     async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
         if request.max_tokens > 1:

@@ -11,8 +11,10 @@ from textual.containers import VerticalScroll
 from textual.widgets import Collapsible, Static
 
 from harness.checkpoints import describe_undo
-from harness.events import (Approval, Attached, ContextCleared, Event, FormatError, Interrupt, LLMDelta, LLMEnd,
-                            SessionResume, SessionStart, ToolCall, ToolResult, TurnEnd, Undone, UserMessage)
+from harness.events import (Approval, Attached, ContextCleared, ContextCompact, Event, FormatError, Interrupt,
+                            LLMDelta, LLMEnd, SessionResume, SessionStart, ToolCall, ToolResult, TurnEnd, Undone,
+                            UserMessage)
+from harness.log import counted
 from tui.widgets.conversation.render import call_summary, edit_diff, prose
 
 RESULT_LINES = 40  # lines of a result shown in the pane; the whole result is in the trajectory
@@ -103,6 +105,9 @@ class ConversationPane(VerticalScroll):
                 self.add(Static(f"{verb} by {event.by}: {event.command}{said}", classes=f"note {event.decision}"))
             case FormatError():
                 self.add(Static("the answer held no tool call; the model was reminded of the format", classes="note"))
+            case ContextCompact():
+                self.add(Static(f"context compacted: {counted(len(event.messages), 'older tool result')} replaced by "
+                                f"a stub, about {event.freed:,} tokens freed", classes="note"))
             case Interrupt():
                 self.end_answer(None)
                 self.add(Static(f"⏹ interrupted ({event.stage})", classes="note deny"))

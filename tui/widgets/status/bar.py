@@ -1,4 +1,5 @@
-"""The status bar: engine and its load, pacing, the session's step, elapsed time and tokens, and what runs."""
+"""The status bar: engine and its load, pacing, the session's step, elapsed time and tokens, how full the model's
+context window is (engines that know theirs), and what runs."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from harness.events import (Approval, Event, Interrupt, LLMEnd, LLMStart, SessionEnd, SessionResume, SessionStart,
+from harness.events import (Approval, ContextCompact, Event, Interrupt, LLMEnd, LLMStart, SessionEnd, SessionResume, SessionStart,
                             ToolCall, ToolResult, TurnEnd, UserMessage)
 
 
@@ -25,6 +26,7 @@ class Gauges:
     offset: float = 0.0  # seconds a resumed session had already run
     engine_load: dict[str, Any] = field(default_factory=dict)
     pacing: str | None = None  # the co-scheduler's state, once one reports it
+    context: float | None = None  # share of the model's window the last prompt filled; None: window unknown
 
 
 class StatusBar(Static):
@@ -61,6 +63,10 @@ class StatusBar(Static):
                 gauges.tokens += event.output_tokens
                 if event.decode_seconds:
                     gauges.tokens_per_second = event.output_tokens / event.decode_seconds
+                if event.context_window:
+                    gauges.context = event.prompt_tokens / event.context_window
+            case ContextCompact() if event.context_window:
+                gauges.context = event.tokens_after / event.context_window
             case ToolCall():
                 gauges.activity = f"running {event.name}"
             case ToolResult():
@@ -97,6 +103,8 @@ class StatusBar(Static):
             ("time ", "-" if elapsed is None or self.masked else _clock(elapsed)),
             ("tokens ", str(gauges.tokens)),
         ]
+        if gauges.context is not None:  # drawn only for engines that know their window
+            parts.append(("ctx ", f"{gauges.context:.0%}"))
         text = Text()
         for label, value in parts:
             text.append(label, style="dim")
