@@ -128,8 +128,9 @@ class ReplayEngine:
                 first = time.monotonic()
             yield Chunk(text=piece)
         prompt_chars = sum(len(str(m.get("content") or "")) for m in request.messages)
+        decode = time.monotonic() - (first or start) if self.seconds_per_token else None  # unpaced: no time to tell
         usage = Usage(prompt_tokens=prompt_chars // 4, output_tokens=len(pieces),
-                      ttft=(first or start) - start, decode_seconds=time.monotonic() - (first or start))
+                      ttft=(first or start) - start, decode_seconds=decode)
         yield Chunk(tool_calls=turn.tool_calls, usage=usage, finish_reason="stop")
 
     async def abort(self, request_id: str) -> None:

@@ -260,6 +260,7 @@ def _build_llm(settings: VLLMSettings) -> Any:
     try:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.platforms import current_platform
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
     except ImportError as exc:
         raise EngineUnavailable(f"vLLM is not installed ({exc}); run `{INSTALL_VLLM}`") from None
@@ -274,16 +275,19 @@ def _build_llm(settings: VLLMSettings) -> Any:
         logits_processors=[PROCESSOR],  # forced answers take the recorded text's own tokens
     )
     load = EngineLoad()
-    preload = os.environ.get("LD_PRELOAD")
-    try:
-        llm = AsyncLLM.from_engine_args(args, stat_loggers=[_load_logger(load)])
-        llm.tao_load = load
-        return llm
+    try:  # the model's config first: only what fails here is about the model itself
+        config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
     except (OSError, ValueError) as exc:
         raise EngineUnavailable(f"vLLM could not load model {settings.model!r}; pass a local model directory "
                                 f"or a Hugging Face name that is cached or downloadable ({exc})") from None
-    except RuntimeError as exc:
-        raise EngineUnavailable(f"the vLLM engine failed to start for {settings.model!r}: {exc}") from None
+    preload = os.environ.get("LD_PRELOAD")
+    try:
+        llm = AsyncLLM.from_vllm_config(config, stat_loggers=[_load_logger(load)], disable_log_stats=True)
+        llm.tao_load = load
+        return llm
+    except (OSError, ValueError, RuntimeError) as exc:  # starting its processes, loading the weights
+        raise EngineUnavailable(f"the vLLM engine failed to start for {settings.model!r}: "
+                                f"{type(exc).__name__}: {exc}") from None
     finally:
         # vLLM's CPU platform adds torch's libgomp and its tcmalloc to this process's LD_PRELOAD for its engine
         # process (started by now); the user's tests and commands must not run with them preloaded.

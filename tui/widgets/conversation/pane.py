@@ -63,6 +63,7 @@ class ConversationPane(VerticalScroll):
     ConversationPane .answer { margin: 1 0 0 0; }
     ConversationPane .note { color: $text-muted; text-style: italic; }
     ConversationPane .deny { color: $error; }
+    ConversationPane .warning { color: $warning; }
     ConversationPane .allow { color: $success; }
     ConversationPane .end { border-top: dashed $primary-darken-2; color: $success; margin-bottom: 1; }
     ConversationPane .end.failed { color: $warning; }
@@ -109,6 +110,10 @@ class ConversationPane(VerticalScroll):
                 label = event.summary or event.reason
                 self.add(Static(f"■ {event.status}: {label}", classes="end" + ("" if event.status == "finished"
                                                                                   else " failed")))
+
+    def note(self, text: str, kind: str = "") -> None:
+        """A line from Tao itself (not the session): `kind` is "", "warning" or "deny" (an error)."""
+        self.add(Static(text, classes=f"note {kind}".strip()))
 
     def add(self, widget: Static | Collapsible) -> None:
         """Append an entry at the bottom (the anchor keeps it in view unless the user scrolled up)."""
