@@ -3,9 +3,11 @@ the status bar's fields, and the engine's stderr kept off the screen."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ import pytest
 from harness.cli import build_parser
 from harness.events import LLMStart, SessionEnd, SessionStart, TrajectoryWriter, read_trajectory
 from harness.interactive import SessionOptions
-from tests.helpers import make_calc_repo
+from tests.helpers import ROOT, make_calc_repo
 from tests.test_tui_support import TASK, TURNS, event_types, isolated, session_options, until  # noqa: F401
 from tui.app import TaoApp
 from tui.engine_log import stderr_to_log
@@ -121,3 +123,35 @@ def test_child_processes_write_their_stderr_to_the_log_not_the_screen(tmp_path: 
     with stderr_to_log(tmp_path / "logs" / "quiet.log"):
         pass
     assert not (tmp_path / "logs" / "quiet.log").exists()  # a run with nothing to say leaves no log
+
+
+START = textwrap.dedent("""
+    import asyncio, sys
+    from harness.engine.vllm_local import VLLMEngine, VLLMSettings
+    from harness.errors import EngineUnavailable
+
+    class Stand_in:  # what Textual puts in sys.stderr while it draws: no file descriptor
+        def write(self, text): return len(text)
+        def flush(self): pass
+        def fileno(self): return -1
+
+    for model, stderr in ((sys.argv[1], sys.stderr), (sys.argv[2], Stand_in())):
+        sys.stderr = stderr
+        try:
+            asyncio.run(VLLMEngine.start(VLLMSettings(model=model, name="test", max_model_len=2048)))
+        except EngineUnavailable as exc:
+            print(exc, flush=True)
+""")
+
+
+@pytest.mark.engine
+def test_only_a_failure_about_the_model_is_reported_as_a_bad_model(tmp_path: Path, embedded_model: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    out = subprocess.run([sys.executable, "-c", START, str(broken), str(embedded_model)], capture_output=True,
+                         text=True, cwd=ROOT, timeout=600, env={**os.environ,
+                                                                  "VLLM_CPU_KVCACHE_SPACE": "1"})
+    bad_model, no_fd = out.stdout.splitlines()[:2]
+    assert "could not load model" in bad_model and str(broken) in bad_model
+    assert "failed to start" in no_fd and "fds_to_keep" in no_fd and "could not load model" not in no_fd
