@@ -141,8 +141,9 @@ def describe_engine(options: EngineOptions) -> str:
     return f"{model} on vLLM in this process{forced}"
 
 
-def record_failed_start(options: SessionOptions, task: str, reason: str, engine: str = "") -> Path:
-    """A trajectory for a session whose engine never started: its session_start, then session_end `error`.
+def record_failed_start(options: SessionOptions, task: str, reason: str, status: str = "error") -> Path:
+    """A trajectory for a session whose engine never started: its session_start, then session_end `status`
+    (`error`, or `interrupted` when the user quit while the engine loaded).
 
     The task the user typed is kept, and `tao --resume` can reopen it once the engine works. It goes to the
     state folder even with --trajectory, which stays free for the session a retry may start."""
@@ -155,9 +156,9 @@ def record_failed_start(options: SessionOptions, task: str, reason: str, engine:
     writer = TrajectoryWriter(path)
     try:
         writer.write(SessionStart(0.0, uuid.uuid4().hex[:12], task, str(options.repo),
-                                  engine or describe_engine(options.engine), tools, config,
+                                  describe_engine(options.engine), tools, config,
                                   datetime.now(timezone.utc).isoformat(timespec="seconds")))
-        writer.write(SessionEnd(0.0, "error", f"the engine failed to start: {reason}"))
+        writer.write(SessionEnd(0.0, status, reason if status != "error" else f"the engine failed to start: {reason}"))
     finally:
         writer.close()
     return path

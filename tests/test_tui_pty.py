@@ -121,3 +121,26 @@ def test_tao_on_the_embedded_engine_runs_a_task_and_resumes_it(tmp_path: Path, e
     resumed = [e.type for e in read_trajectory(trajectory)]
     assert resumed.count("session_start") == 1 and resumed.count("session_resume") == 1
     assert resumed[-1] == "session_end"
+
+
+@pytest.mark.engine
+def test_quitting_while_the_engine_loads_keeps_the_typed_task(tmp_path: Path, embedded_model: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    models = tmp_path / "xdg_cache_home" / "tao" / "models"
+    models.mkdir(parents=True)
+    (models / MODEL_NAME).symlink_to(embedded_model)
+    child, log = spawn_tao(tmp_path, "--repo", str(repo))
+    try:
+        child.expect("loading")
+        child.send(TASK)
+        child.send("\r")
+        child.expect("waits for the engine")
+        child.send("\x11")  # Ctrl+Q before the engine is ready: its start is stopped, not waited for
+        child.expect("never ran")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, screen_text(log.getvalue())
+    [trajectory] = (tmp_path / "xdg_state_home" / "tao" / "trajectories").glob("*.jsonl")
+    start, end = read_trajectory(trajectory)
+    assert start.task == TASK and (end.type, end.status) == ("session_end", "interrupted")

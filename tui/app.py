@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import sys
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -79,6 +81,7 @@ class TaoApp(App[int]):
         self.loader_started = 0.0  # monotonic time the engine's (last) load began
         self.opening_task: str | None = None  # what the session starts on once the engine is ready ("": resume)
         self.failed_trajectory: Path | None = None  # where a task whose engine failed was saved
+        self.quitting = False
         self.pending: list[str] = []  # messages typed before the session was open
         self.ended: SessionEnd | None = None
         self.shown: list[Event] = []  # every event drawn, in order (what tests and --resume look at)
@@ -144,6 +147,8 @@ class TaoApp(App[int]):
             self.engine_failed(f"{type(exc).__name__}: {exc}")
             return
         self.engine = engine
+        if self.quitting:
+            return  # the quit closes it
         panel.opening.engine, panel.opening.seconds = "ready", time.monotonic() - started
         panel.show()
         status = self.query_one(StatusBar)
@@ -158,6 +163,8 @@ class TaoApp(App[int]):
 
     def engine_failed(self, reason: str) -> None:
         """The engine could not start: say why everywhere, save a waiting task, let Enter try again."""
+        if self.quitting:
+            return  # stopped by the quit, which keeps a waiting task
         if self.engine_log is not None:
             reason += f". The engine's output is in {self.engine_log.path}"
         self.engine_error = reason
@@ -316,6 +323,20 @@ class TaoApp(App[int]):
         repo = self.live.session.workspace.root if self.live is not None else self.options.repo
         self.push_screen(DiffScreen(Path(repo)))
 
+    def stop_loading(self) -> None:
+        """Quit while the engine loads: its start cannot be cancelled (its thread imports vLLM or waits on vLLM's
+        processes), so the thread is left behind (a daemon) and any process it starts is stopped until tao exits,
+        instead of a minute's wait for a start nobody wants any more."""
+
+        def stop_children() -> None:
+            while True:
+                for child in multiprocessing.active_children():  # vLLM's engine core, once it is spawned
+                    child.terminate()
+                time.sleep(0.2)
+
+        threading.Thread(target=stop_children, name="tao-stop-engine", daemon=True).start()
+        self.loader.cancel()  # type: ignore[union-attr]
+
     def action_keys(self) -> None:
         self.push_screen(KeysScreen())
 
@@ -328,8 +349,12 @@ class TaoApp(App[int]):
                 await asyncio.wait_for(self.worker.wait(), timeout=15)
             except Exception:  # noqa: BLE001 - leaving must not fail; the worker said what went wrong
                 pass
+        self.quitting = True
         if self.loader is not None and self.loader.is_running:
-            self.loader.cancel()
+            self.stop_loading()
+        if self.opening_task and self.resume is None and self.worker is None:  # typed, never started: kept
+            self.failed_trajectory = record_failed_start(self.options, self.opening_task, "the user quit while the "
+                                                         "engine was loading", status="interrupted")
         engine, self.engine = self.engine, None
         if engine is not None:
             try:
@@ -370,7 +395,8 @@ def main(args: argparse.Namespace, repo: Path, task: str = "", resume: str | Non
         app = TaoApp(options, task, trajectory, engine_log=log)
         app.run()
     if app.failed_trajectory is not None and app.ended is None:
-        print(f"the task whose engine failed to start is saved in {app.failed_trajectory}")
+        print(f"your task never ran; it is saved in {app.failed_trajectory} "
+              f"(`tao --resume {app.failed_trajectory}` reopens it)")
     if app.ended is not None or trajectory is not None:
         print("session saved; reopen it with `tao --resume`")
     return app.return_code or 0

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import reprlib
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -129,7 +130,7 @@ class VLLMEngine:
         quiet_vllm_logs()
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_gib))
         started = time.monotonic()
-        llm = await asyncio.to_thread(_build_llm, settings)
+        llm = await _in_daemon_thread(_build_llm, settings)
         return cls(llm, settings, time.monotonic() - started)
 
     def render(self, request: LLMRequest) -> list[int]:
@@ -253,6 +254,29 @@ class VLLMEngine:
         await asyncio.to_thread(llm.shutdown)
         # AsyncLLM.__del__ shuts down again, possibly during interpreter exit where that fails noisily.
         llm.shutdown = lambda *args, **kwargs: None
+
+
+async def _in_daemon_thread(function: Any, *args: Any) -> Any:
+    """`function(*args)` in a daemon thread: a start that cannot be cancelled (importing vLLM, waiting on its
+    processes) must not hold the process up when the user quits meanwhile, as an executor thread would."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = function(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="tao-vllm-start", daemon=True).start()
+    return await future
 
 
 def _build_llm(settings: VLLMSettings) -> Any:
