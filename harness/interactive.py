@@ -14,9 +14,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +27,10 @@ from harness.checkpoints import CheckpointError, Checkpoints
 from harness.engine.base import engine_load
 from harness.engine.factory import EngineOptions, open_engine
 from harness.errors import UsageError
-from harness.events import SessionStart, TrajectoryWriter
-from harness.history import choose_session, load_saved, new_trajectory, saved_sessions, session_repo
+from harness.engine.model import MODEL_NAME
+from harness.events import EventDecodeError, SessionEnd, SessionStart, TrajectoryWriter, read_trajectory
+from harness.history import (choose_session, last_session, load_saved, new_trajectory, saved_sessions,
+                             session_repo)
 from harness.session import EventSink, Session, SessionConfig
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
@@ -73,8 +77,10 @@ class LiveSession:
 @asynccontextmanager
 async def open_session(options: SessionOptions, *, task: str = "", resume: Path | None = None,
                        sinks: list[EventSink] | None = None, live_sinks: list[EventSink] | None = None,
-                       ask: Ask | None = None) -> AsyncIterator[LiveSession]:
-    """An interactive session on a new task, or on a saved one (`resume`); everything closed afterwards."""
+                       ask: Ask | None = None, engine: Any = None) -> AsyncIterator[LiveSession]:
+    """An interactive session on a new task, or on a saved one (`resume`); everything closed afterwards.
+
+    With `engine` (already started, e.g. at the front end's launch) the session runs on it and leaves it open."""
     from harness.cli import default_trajectory_path, session_patterns
 
     history = load_saved(resume) if resume is not None else None
@@ -84,7 +90,8 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
     if not repo.is_dir():
         raise UsageError(f"the session's repository {repo} is not a directory")
     analyzer = Analyzer(await asyncio.to_thread(session_patterns, options.patterns))
-    engine = await open_engine(options.engine)
+    owned = engine is None
+    engine = await open_engine(options.engine) if owned else engine
     writer = TrajectoryWriter(trajectory)
     workspace = Workspace(repo)
     checkpoints = await open_checkpoints(repo, writer.path.stem)
@@ -104,7 +111,8 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
         workspace.close()
         if checkpoints is not None:
             checkpoints.close()
-        await engine.close()
+        if owned:
+            await engine.close()
 
 
 async def open_checkpoints(repo: Path, name: str) -> Checkpoints | None:
@@ -133,9 +141,55 @@ def engine_status(engine: Any) -> dict[str, Any]:
     Engines that keep no such books (replay, a remote server) leave the values None.
     """
     try:
-        load = engine_load(engine)
+        load = engine_load(getattr(engine, "inner", engine))  # forced replay: the real engine under it
     except Exception:  # noqa: BLE001 - a status read must never break the session
         load = None
     if load is None:
         return {"kv": None, "queued": None, "running": None}
     return {"kv": load.kv_usage, "queued": load.waiting, "running": load.running}
+
+
+def describe_engine(options: EngineOptions) -> str:
+    """The model and engine the options ask for, in words, before any engine is started."""
+    if options.kind == "replay":
+        return f"replay of {options.replay.name if options.replay else '?'} (recorded answers, no model)"
+    if options.kind == "openai":
+        return f"{options.model or 'the served model'} at {options.base_url}"
+    model = Path(options.model).name if options.model else f"{MODEL_NAME} (embedded)"
+    forced = f", answers forced from {options.replay.name}" if options.replay is not None else ""
+    return f"{model} on vLLM in this process{forced}"
+
+
+def record_failed_start(options: SessionOptions, task: str, reason: str, status: str = "error") -> Path:
+    """A trajectory for a session whose engine never started: its session_start, then session_end `status`
+    (`error`, or `interrupted` when the user quit while the engine loaded).
+
+    The task the user typed is kept, and `tao --resume` can reopen it once the engine works. It goes to the
+    state folder even with --trajectory, which stays free for the session a retry may start."""
+    from harness.cli import default_trajectory_path
+
+    path = new_trajectory(default_trajectory_path())
+    tools = sorted(tool.name for tool in default_tools(test_command=options.test_command))
+    config = {"max_steps": options.config.max_steps, "max_seconds": options.config.max_seconds,
+              "speculation": options.speculation}
+    writer = TrajectoryWriter(path)
+    try:
+        writer.write(SessionStart(0.0, uuid.uuid4().hex[:12], task, str(options.repo),
+                                  describe_engine(options.engine), tools, config,
+                                  datetime.now(timezone.utc).isoformat(timespec="seconds")))
+        writer.write(SessionEnd(0.0, status, reason if status != "error" else f"the engine failed to start: {reason}"))
+    finally:
+        writer.close()
+    return path
+
+
+def killed_session(trajectories: Path, repo: Path) -> Path | None:
+    """The last session of `repo` when it ended without a session_end (tao was killed or crashed), else None."""
+    path = last_session(trajectories, repo)
+    if path is None:
+        return None
+    try:
+        events = read_trajectory(path)
+    except (OSError, EventDecodeError):
+        return None
+    return path if events and not isinstance(events[-1], SessionEnd) else None

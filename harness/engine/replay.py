@@ -136,8 +136,9 @@ class ReplayEngine:
             if first is None:
                 first = time.monotonic()
             yield Chunk(text=piece)
+        decode = time.monotonic() - (first or start) if self.seconds_per_token else None  # unpaced: no time to tell
         usage = Usage(prompt_tokens=prompt_tokens, output_tokens=len(pieces),
-                      ttft=(first or start) - start, decode_seconds=time.monotonic() - (first or start))
+                      ttft=(first or start) - start, decode_seconds=decode)
         yield Chunk(tool_calls=turn.tool_calls, usage=usage, finish_reason="stop")
 
     async def abort(self, request_id: str) -> None:

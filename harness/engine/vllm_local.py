@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import reprlib
+import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -129,7 +130,7 @@ class VLLMEngine:
         quiet_vllm_logs()
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_gib))
         started = time.monotonic()
-        llm = await asyncio.to_thread(_build_llm, settings)
+        llm = await _in_daemon_thread(_build_llm, settings)
         return cls(llm, settings, time.monotonic() - started)
 
     def render(self, request: LLMRequest) -> list[int]:
@@ -255,11 +256,35 @@ class VLLMEngine:
         llm.shutdown = lambda *args, **kwargs: None
 
 
+async def _in_daemon_thread(function: Any, *args: Any) -> Any:
+    """`function(*args)` in a daemon thread: a start that cannot be cancelled (importing vLLM, waiting on its
+    processes) must not hold the process up when the user quits meanwhile, as an executor thread would."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[Any] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(result)
+
+    def run() -> None:
+        result, error = None, None
+        try:
+            result = function(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            error = exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, name="tao-vllm-start", daemon=True).start()
+    return await future
+
+
 def _build_llm(settings: VLLMSettings) -> Any:
     """Import vLLM and construct AsyncLLM (blocking; run in a thread)."""
     try:
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.platforms import current_platform
+        from vllm.usage.usage_lib import UsageContext
         from vllm.v1.engine.async_llm import AsyncLLM
     except ImportError as exc:
         raise EngineUnavailable(f"vLLM is not installed ({exc}); run `{INSTALL_VLLM}`") from None
@@ -274,16 +299,19 @@ def _build_llm(settings: VLLMSettings) -> Any:
         logits_processors=[PROCESSOR],  # forced answers take the recorded text's own tokens
     )
     load = EngineLoad()
-    preload = os.environ.get("LD_PRELOAD")
-    try:
-        llm = AsyncLLM.from_engine_args(args, stat_loggers=[_load_logger(load)])
-        llm.tao_load = load
-        return llm
+    try:  # the model's config first: only what fails here is about the model itself
+        config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
     except (OSError, ValueError) as exc:
         raise EngineUnavailable(f"vLLM could not load model {settings.model!r}; pass a local model directory "
                                 f"or a Hugging Face name that is cached or downloadable ({exc})") from None
-    except RuntimeError as exc:
-        raise EngineUnavailable(f"the vLLM engine failed to start for {settings.model!r}: {exc}") from None
+    preload = os.environ.get("LD_PRELOAD")
+    try:
+        llm = AsyncLLM.from_vllm_config(config, stat_loggers=[_load_logger(load)], disable_log_stats=True)
+        llm.tao_load = load
+        return llm
+    except (OSError, ValueError, RuntimeError) as exc:  # starting its processes, loading the weights
+        raise EngineUnavailable(f"the vLLM engine failed to start for {settings.model!r}: "
+                                f"{type(exc).__name__}: {exc}") from None
     finally:
         # vLLM's CPU platform adds torch's libgomp and its tcmalloc to this process's LD_PRELOAD for its engine
         # process (started by now); the user's tests and commands must not run with them preloaded.

@@ -66,6 +66,7 @@ class ConversationPane(VerticalScroll):
     ConversationPane .answer { margin: 1 0 0 0; }
     ConversationPane .note { color: $text-muted; text-style: italic; }
     ConversationPane .deny { color: $error; }
+    ConversationPane .warning { color: $warning; }
     ConversationPane .allow { color: $success; }
     ConversationPane .end { border-top: dashed $primary-darken-2; color: $success; margin-bottom: 1; }
     ConversationPane .end.failed { color: $warning; }
@@ -132,6 +133,10 @@ class ConversationPane(VerticalScroll):
     def say(self, text: str, kind: str = "") -> None:
         """A line from Tao itself (a command's answer, an attachment), set apart from the model's words."""
         self.add(Static(Text(text), classes=f"note said {kind}".strip()))
+
+    def note(self, text: str, kind: str = "") -> None:
+        """A line from Tao itself (not the session): `kind` is "", "warning" or "deny" (an error)."""
+        self.add(Static(text, classes=f"note {kind}".strip()))
 
     def add(self, widget: Static | Collapsible) -> None:
         """Append an entry at the bottom (the anchor keeps it in view unless the user scrolled up)."""

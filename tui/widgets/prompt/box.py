@@ -43,4 +43,6 @@ class PromptBox(Input):
         """Say in the placeholder what typing here does now."""
         self.placeholder = {"task": "Describe the task and press Enter  (? for keys)",
                             "follow-up": "Send a follow-up message  (? for keys, Ctrl+C interrupts)",
-                            "busy": "Working… type a follow-up to queue it  (Ctrl+C interrupts)"}[what]
+                            "busy": "Working… type a follow-up to queue it  (Ctrl+C interrupts)",
+                            "queued": "Waiting for the engine to load… type more to queue it  (Ctrl+Q quits)",
+                            "retry": "The engine failed: Enter tries again  (Ctrl+Q quits)"}[what]

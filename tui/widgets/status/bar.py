@@ -1,5 +1,5 @@
-"""The status bar: engine and its load, pacing, the session's step, elapsed time and tokens, how full the model's
-context window is (engines that know theirs), and what runs."""
+"""The status bar: the engine and its load (where it reports one), the session's step, time and tokens, how full
+the model's context window is (engines that know theirs), and what runs."""
 
 from __future__ import annotations
 
@@ -89,20 +89,23 @@ class StatusBar(Static):
         self.update(self.line())
 
     def line(self) -> Text:
+        """Only fields that mean something for this engine: no rate without real (or simulated) time, no load
+        where the engine keeps no books, no pacing where no co-scheduler paces the session."""
         gauges, load = self.gauges, self.gauges.engine_load
         elapsed = None if gauges.started is None else gauges.offset + self._now - gauges.started
-        rate = gauges.tokens_per_second
-        kv = load.get("kv")
-        parts = [
-            ("engine ", gauges.engine),
-            ("tok/s ", "-" if rate is None or self.masked else f"{rate:.1f}"),
-            ("kv ", "-" if kv is None else f"{kv:.0%}"),
-            ("queue ", f"{_dash(load.get('queued'))}/{_dash(load.get('running'))}"),
-            ("pacing ", gauges.pacing or "-"),
-            ("step ", str(gauges.step)),
-            ("time ", "-" if elapsed is None or self.masked else _clock(elapsed)),
-            ("tokens ", str(gauges.tokens)),
-        ]
+        rate, kv = gauges.tokens_per_second, load.get("kv")
+        parts = [("engine ", gauges.engine)]
+        if rate is not None and not self.masked:
+            parts.append(("tok/s ", f"{rate:.1f}"))
+        if kv is not None:
+            parts.append(("kv ", f"{kv:.0%}"))
+        if load.get("queued") is not None:
+            parts.append(("queue ", f"{_dash(load.get('queued'))}/{_dash(load.get('running'))}"))
+        if gauges.pacing is not None:
+            parts.append(("pacing ", gauges.pacing))
+        parts += [("step ", str(gauges.step)),
+                  ("time ", "-" if elapsed is None or self.masked else _clock(elapsed)),
+                  ("tokens ", str(gauges.tokens))]
         if gauges.context is not None:  # drawn only for engines that know their window
             parts.append(("ctx ", f"{gauges.context:.0%}"))
         text = Text()
