@@ -31,7 +31,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCRIPT = EXAMPLES / "calc.replay.json"
 APPROVAL_MODE = "auto-edit"  # the scripted edit runs without a question; a shell command would still ask
 CLOSING = (
-    'Run the embedded model freely: `tao` in your own repository (the TUI), or `tao run "TASK"` without one.',
+    'Run the embedded model freely: `tao` in your own repository (the TUI), or `tao run "TASK"` (headless).',
     "Point Tao at a real model: `tao --model DIR` (a local model directory for vLLM), "
     "or `tao --engine openai --base-url URL` (any OpenAI-compatible server).",
 )
