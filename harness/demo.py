@@ -121,7 +121,8 @@ class DemoLog(HumanLog):
         stamp = f"[{event.t:7.2f}s]"
         match event:
             case SpecLaunch():
-                args = ", ".join(f"{k}={str(v)[:40]!r}" for k, v in event.arguments.items())
+                args = ", ".join(f"{k}={v[:40]!r}" if isinstance(v, str) else f"{k}={v!r}"
+                                 for k, v in event.arguments.items())
                 return f"{stamp}    speculating: {event.name}({args}) [{event.reason}, p={event.probability:.2f}]"
             case SpecDiscard():
                 return f"{stamp}    speculation {event.spec_id} discarded: {event.reason} (the workspace is untouched)"
