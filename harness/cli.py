@@ -4,7 +4,7 @@
 `tao run` on a terminal without `--headless`. Elsewhere (CI, pipes) `tao run` stays headless.
 
 Exit codes of `tao run`: 0 the model finished the task, 1 the engine or harness failed, 2 bad usage,
-3 a step or time limit was reached, 130 interrupted. `tao demo` exits 0 at a step limit too.
+3 a step or time limit was reached, 130 interrupted; `tao demo` exits the same way.
 """
 
 from __future__ import annotations
