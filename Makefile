@@ -1,4 +1,5 @@
-# Quick start: `make demo` runs the agent on the bundled example; `make test` runs the whole suite.
+# Quick start: `make demo` shows Tao fixing the bundled example (the TUI on a terminal, a log elsewhere; scripted
+# answers forced through the real engine); `make test` runs the whole suite.
 # Both create .venv when it is missing and install Tao into it (pip, which finds the CPU torch wheel
 # on this machine's disk; uv does not look there).
 
@@ -23,7 +24,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/tao demo --headless
+	$(BIN)/tao demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15

@@ -4,7 +4,7 @@
 `tao run` on a terminal without `--headless`. Elsewhere (CI, pipes) `tao run` stays headless.
 
 Exit codes of `tao run`: 0 the model finished the task, 1 the engine or harness failed, 2 bad usage,
-3 a step or time limit was reached, 130 interrupted. `tao demo` exits 0 at a step limit too.
+3 a step or time limit was reached, 130 interrupted; `tao demo` exits the same way.
 """
 
 from __future__ import annotations
@@ -12,22 +12,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
-from harness.approval import load_policy
+from harness.approval import ApprovalPolicy, load_policy
 from harness.engine.factory import ENGINES, EngineOptions, open_engine
 from harness.errors import EngineUnavailable, TaoError, UsageError
 from harness.events import Event, LLMEnd, SessionEnd, TrajectoryWriter, TurnEnd, UserMessage
 from harness.history import LAST, choose_session, load_saved, new_trajectory, rebuild, unanswered
 from harness.log import HumanLog, counted
 from harness.saved import PICK
-from harness.session import Outcome, Session, SessionConfig
+from harness.session import EventSink, Outcome, Session, SessionConfig
 from harness.shutdown import terminate_as_interrupt
 from harness.speculation.model import PatternModel, installed_model
 from harness.speculation.past import PAST_SECONDS, past_sessions
@@ -37,7 +34,6 @@ from tools import default_tools
 from tools.base import Observation
 
 EXIT_CODES = {"finished": 0, "error": 1, "limit": 3, "interrupted": 130}
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def state_dir() -> Path:
@@ -110,9 +106,11 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
                          max_model_len=args.max_model_len)
 
 
-async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Path | None = None) -> SessionEnd:
+async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Path | None = None,
+                      log: EventSink | None = None, approval: ApprovalPolicy | None = None) -> SessionEnd:
     """Open the engine, run one session with the chosen sinks, close everything; with `saved`, the session of that
-    trajectory goes on to its end (in its own repository and file) instead of a new one."""
+    trajectory goes on to its end (in its own repository and file) instead of a new one. `log` replaces the human
+    log on stderr and `approval` the policy from the config files (the demo sets both)."""
     if args.max_steps < 1 or args.max_time <= 0:
         raise UsageError("--max-steps must be at least 1 and --max-time positive")
     if saved is None and getattr(args, "resume", None) is not None:
@@ -124,14 +122,14 @@ async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Pa
     workspace = Workspace(repo)
     engine = await open_engine(engine_options(args))  # before the trajectory: a failed start leaves no file
     writer = TrajectoryWriter(trajectory)
-    sinks = [writer.write, HumanLog(sys.stderr)]
+    sinks = [writer.write, log or HumanLog(sys.stderr)]
     if args.json:
         sinks.append(lambda event: print(event.to_json(), flush=True))
     try:
         tools = default_tools(test_command=args.test_command)
         session = (Session if events is None else Continued)(
             task, engine, workspace, tools, config, sinks, analyzer=analyzer, warm=not args.no_warm,
-            provisional=args.provisional, approval=load_policy(repo, yolo=args.yolo))
+            provisional=args.provisional, approval=approval or load_policy(repo, yolo=args.yolo))
         if events is not None:
             replay_the_rest(engine, events)
             session.restore(events)
@@ -279,25 +277,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    """Copy the bundled example to a fresh git repository and run the agent on its issue."""
-    source = EXAMPLES / "calc"
-    if not source.is_dir():
-        raise UsageError(f"the demo example is missing ({source}); run tao demo from a source checkout")
-    target = Path(tempfile.mkdtemp(prefix="tao-demo-")) / "calc"
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("ISSUE.md", "__pycache__"))
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.name=tao", "-c", "user.email=tao@localhost", "commit", "-qm", "demo"]):
-        subprocess.run(cmd, cwd=target, check=True)
-    task = (source / "ISSUE.md").read_text(encoding="utf-8")
-    if args.engine == "replay" and args.replay is None:
-        args.replay = EXAMPLES / "calc.replay.json"
-    print(f"demo repository: {target}", file=sys.stderr)
-    end = asyncio.run(run_session(task, target, args))
-    changed = len([line for line in end.submission.splitlines() if line.startswith("+++ ")])
-    print(f"demo {end.status} after {counted(end.steps, 'step')}; {changed} file(s) changed; summary: "
-          f"{end.summary or end.reason}", file=sys.stderr)
-    # The embedded model is tiny: reaching the step limit is a normal end for the demo, not a failure.
-    return 0 if end.status in ("finished", "limit") else EXIT_CODES.get(end.status, 1)
+    """Run the agent on a fresh copy of the bundled example: in the TUI on a terminal, else headless (harness.demo)."""
+    from harness import demo
+
+    if args.resume is not None:
+        raise UsageError("the demo always starts a new session on a fresh copy of the example; leave out --resume")
+    plan = demo.prepare(args)
+    if args.screenshot is not None or (not args.headless and not args.json and terminal_problem() is None):
+        from tui.demo import main as demo_tui
+
+        return demo_tui(args, plan)
+    return demo.run_headless(args, plan)
 
 
 def cmd_tui(args: argparse.Namespace, task: str = "") -> int:
@@ -348,10 +338,16 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_flags(run)
     run.set_defaults(func=cmd_run)
 
-    demo = sub.add_parser("demo", help="run the agent on the bundled example repository")
+    demo = sub.add_parser("demo", help="watch Tao fix the bundled example (scripted answers, real engine)",
+                          description="Watch Tao fix the bug of the bundled example in a fresh copy: the answers "
+                                      "are scripted and forced token by token through the real engine, while the "
+                                      "tools, the speculation and the timing are real. The TUI on a terminal, "
+                                      "else (or with --headless) a log.")
     add_session_flags(demo)
     add_engine_flags(demo)
-    # The embedded model is small and slow on a CPU: keep the demo to a few short turns.
+    demo.add_argument("--screenshot", type=Path, metavar="SVG",
+                      help="run the demo's TUI off-screen and save its last screen as an SVG (for the README)")
+    # The script has six turns; a few spare steps, and room for its longest answer.
     demo.set_defaults(func=cmd_demo, max_steps=8, max_tokens=256)
 
     tui = sub.add_parser("tui", help="open the terminal UI (what `tao` alone does)")
