@@ -93,7 +93,7 @@ def test_on_a_terminal_the_demo_opens_the_tui_and_runs_the_task(tmp_path: Path) 
                           encoding="utf-8", timeout=120, cwd=str(tmp_path))
     child.logfile_read = log = io.StringIO()
     try:
-        child.expect("Ctrl\\+Q quits")  # the recap, after the task's turn ended: nobody was asked anything
+        child.expect("The script ends here")  # the recap, after the task's turn ended: nobody was asked anything
         seen = screen_text(log.getvalue())
         assert "Tao demo" in seen and "replayed without" in seen  # the opening words say where answers come from
         assert "promoted" in seen and "discarded" in seen and "auto-edit" in seen
