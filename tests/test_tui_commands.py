@@ -95,7 +95,7 @@ async def test_clear_model_compact_help_and_unknown_commands(isolated: Path) -> 
         await type_line(pilot, "/model")
         assert "Engine: replay (--engine replay" in said(app) and "--base-url" in said(app)
         await type_line(pilot, "/frobnicate now")
-        assert "Unknown command /frobnicate. Commands: /help, /diff, /undo, /clear, /model, /compact" in said(app)
+        assert "Unknown command /frobnicate. Commands: /help, /diff, /undo, /clear, /model, /compact, /resume" in said(app)
         await pilot.press(*"/he", "tab")  # Tab completes a command
         assert app.query_one("#prompt").value == "/help"
         await pilot.press("enter")
@@ -105,14 +105,9 @@ async def test_clear_model_compact_help_and_unknown_commands(isolated: Path) -> 
         await pilot.press(*TASK, "enter")
         await until(pilot, lambda: "turn_end" in event_types(app), "the first turn's end")
         session = app.live.session
-        session.compact = None  # a build without Session.compact (another branch adds it)
-        await type_line(pilot, "/compact")
-        assert "Compaction is not available in this build." in said(app)
-        calls: list[str] = []
-        session.compact = lambda: calls.append("compact") or "compacted 4 messages into 1"  # stands in for it
-        await type_line(pilot, "/compact")
-        await until(pilot, lambda: "compacted 4 messages into 1" in said(app), "the compaction's answer")
-        assert calls == ["compact"]
+        before = list(session.messages)
+        await type_line(pilot, "/compact")  # two turns: every result is a recent one, so nothing goes
+        assert "Nothing to compact" in said(app) and session.messages == before
 
         await type_line(pilot, "/clear")
         await until(pilot, lambda: "context_clear" in event_types(app), "the cleared context")

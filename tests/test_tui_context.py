@@ -124,9 +124,9 @@ async def test_continue_takes_the_last_session_and_resume_without_one_says_so(is
 async def test_the_picker_opens_from_the_app_before_a_session_starts(isolated: Path) -> None:
     repo, older, newer = await two_sessions(isolated)
     options = session_options(isolated / "again", [call("finish", summary="more")])
-    app = TaoApp(replace(options, repo=repo), masked=True)  # what a `/resume` command calls
+    app = TaoApp(replace(options, repo=repo), masked=True)
     async with app.run_test(size=(140, 40)) as pilot:
-        app.action_pick_session()
+        await pilot.press(*"/resume", "enter")
         await until(pilot, lambda: isinstance(app.screen, SessionPicker), "the session picker")
         await pilot.press("enter")
         await until(pilot, lambda: "session_resume" in event_types(app), "the resumed session")

@@ -1,4 +1,5 @@
-"""Slash commands typed into the prompt (`/help`, `/diff`, `/undo`, `/clear`, `/model`, `/compact`).
+"""Slash commands typed into the prompt (`/help`, `/diff`, `/undo`, `/clear`, `/model`, `/compact`,
+`/resume`).
 
 They run in the TUI and never reach the model. Their answers are lines in the conversation pane; the
 session's own events (undo, context_clear) are drawn there by the pane as for any other event.
@@ -6,7 +7,6 @@ session's own events (undo, context_clear) are drawn there by the pane as for an
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,7 +39,8 @@ class Commands:
         """Run the command `text` starts with; an unknown one is answered with the list of commands."""
         name = text.split(maxsplit=1)[0].lower()
         handler = {"/help": self.help, "/diff": self.diff, "/undo": self.undo, "/clear": self.clear,
-                   "/model": self.model, "/compact": self.compact}.get(name)
+                   "/model": self.model, "/compact": self.compact,
+                   "/resume": self.app.action_pick_session}.get(name)
         if handler is None:
             self.say(f"Unknown command {name}. Commands: {', '.join(NAMES)} (/help says what each does).", "deny")
             return
@@ -111,21 +112,7 @@ class Commands:
                  "server). `tao --resume` then goes on with this session on the new model.")
 
     def compact(self) -> None:
+        """Stub the older tool results now; the pane draws the session's context_compact event."""
         session = self.idle("compact")
-        if session is None:
-            return
-        compact = getattr(session, "compact", None)
-        if compact is None:
-            self.say("Compaction is not available in this build.")
-            return
-        self.app.run_worker(self._compact(compact), group="command", exit_on_error=False)
-
-    async def _compact(self, compact) -> None:  # noqa: ANN001 - Session.compact, whatever it returns
-        try:
-            result = compact()
-            if inspect.isawaitable(result):
-                result = await result
-        except Exception as exc:  # noqa: BLE001 - a failed compaction leaves the conversation as it was
-            self.say(f"Compaction failed ({type(exc).__name__}: {exc}); the conversation is unchanged.", "deny")
-            return
-        self.say(result if isinstance(result, str) and result else "Compacted the conversation.")
+        if session is not None and session.compact("user") is None:
+            self.say("Nothing to compact: the model sees only the task, its answers and the recent turns' results.")

@@ -27,6 +27,7 @@ COMMANDS = (
     ("/clear", "clear the conversation for a new task (the model starts afresh; the trajectory keeps it all)"),
     ("/model", "the engine and model in use, and how to choose another"),
     ("/compact", "shorten the conversation the model sees"),
+    ("/resume", "pick a saved session of this repository to go on with (before a task starts)"),
     ("@path", "in a message: attach that file of the repository for the model"),
 )
 
