@@ -239,7 +239,7 @@ def test_unreadable_and_foreign_files_never_stop_an_import(tmp_path: Path) -> No
 def test_cli_import_and_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
     cli_traces.register(parser.add_subparsers())
-    args = parser.parse_args(["traces", "import", "--from", "claude-code", str(FIXTURE), "--to", str(tmp_path)])
+    args = parser.parse_args(["traces", "import", "--from", "claude-code", str(FIXTURE), "--out", str(tmp_path)])
     assert args.func(args) == 0
     (out,) = tmp_path.glob("*.jsonl")
     assert read_trajectory(out)[0].type == "session_start"
@@ -249,14 +249,28 @@ def test_cli_import_and_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert stats["sessions"] == 1 and stats["calls"] == 7 and stats["kinds"]["test"] == 2
 
 
+def test_import_writes_to_out_as_learn_does_and_the_old_to_still_works(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import build_parser, main
+
+    assert main(["traces", "import", str(FIXTURE), "--out", str(tmp_path / "new")]) == 0
+    assert len(list((tmp_path / "new").glob("*.jsonl"))) == 1 and "--to" not in capsys.readouterr().err
+    assert main(["traces", "import", str(FIXTURE), "--to", str(tmp_path / "old")]) == 0
+    assert len(list((tmp_path / "old").glob("*.jsonl"))) == 1 and "--to is now --out" in capsys.readouterr().err
+    assert main(["traces", "import", str(FIXTURE)]) == 2 and "needs --out DIR" in capsys.readouterr().err
+    helped = build_parser()._subparsers._group_actions[0].choices["traces"]  # type: ignore[union-attr]
+    usage = helped._subparsers._group_actions[0].choices["import"].format_help()  # type: ignore[union-attr]
+    assert "--out" in usage and "--to" not in usage
+
+
 def test_cli_says_what_is_missing_and_what_it_looks_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from harness.cli import main
 
-    assert main(["traces", "import", str(tmp_path / "nowhere"), "--to", str(tmp_path / "out")]) == 2
+    assert main(["traces", "import", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")]) == 2
     assert "nowhere does not exist" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     for argv in (["traces", "stats", str(tmp_path / "empty")], ["traces", "learn", str(tmp_path / "empty")],
-                 ["traces", "import", str(tmp_path / "empty"), "--to", str(tmp_path / "out")]):
+                 ["traces", "import", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]):
         assert main(argv) == 1, argv
         err = capsys.readouterr().err
         assert "no trajectories found in" in err and "Claude Code transcripts *.jsonl" in err, err
