@@ -104,7 +104,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
                 tools[action.tool] += 1
     result = {"sessions": report.sessions, "calls": report.actions, "formats": dict(formats),
               "kinds": dict(kinds.most_common()), "canonical_tools": dict(tools.most_common()),
-              "skipped_records": len(report.skipped)}
+              "skipped_records": len(report.skipped), "ignored_records": dict(report.ignored)}
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -169,3 +169,6 @@ def _print_skipped(report: ImportReport, limit: int = 20) -> None:
         print(f"skipped {line}", file=sys.stderr)
     if len(report.skipped) > limit:
         print(f"... and {len(report.skipped) - limit} more skipped records", file=sys.stderr)
+    if report.ignored:
+        kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(report.ignored.items(), key=lambda kv: -kv[1]))
+        print(f"left out {sum(report.ignored.values())} records that hold no tool calls ({kinds})", file=sys.stderr)
