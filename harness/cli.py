@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import shutil
 import subprocess
@@ -28,7 +29,7 @@ from harness.events import Event, LLMEnd, SessionEnd, SessionStart, TrajectoryWr
 from harness.history import LAST, choose_session, load_saved, new_trajectory, rebuild, unanswered
 from harness.log import HumanLog, counted
 from harness.session import Outcome, Session, SessionConfig
-from harness.shutdown import terminate_as_interrupt
+from harness.shutdown import exits_at_once, terminate_as_interrupt
 from harness.speculation.model import PatternModel, installed_model
 from harness.speculation.past import PAST_SECONDS, past_sessions
 from harness.speculation.patterns import Analyzer
@@ -37,6 +38,13 @@ from tools import default_tools
 from tools.base import Observation
 
 EXIT_CODES = {"finished": 0, "error": 1, "limit": 3, "interrupted": 130}
+
+if multiprocessing.current_process().name != "MainProcess":
+    # A process vLLM spawned (its engine core, its worker) imports this module first, as its main module: quiet
+    # the libraries' known-harmless warnings before they are imported there.
+    from harness.engine.quiet import quiet_libraries
+
+    quiet_libraries()
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -151,6 +159,9 @@ async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Pa
             replay_the_rest(engine, events)
             session.restore(events)
         end = await session.run()
+    except asyncio.CancelledError:
+        print(f"tao: interrupted; stopping the engine ({engine.name})...", file=sys.stderr, flush=True)
+        raise
     finally:
         writer.close()
         workspace.close()
@@ -428,6 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@exits_at_once
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
