@@ -10,9 +10,11 @@ a variable the user has set already wins.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
+from collections.abc import Iterator
 
 HARMLESS_WARNINGS = (
     # vLLM's Triton dispatcher touches torch.distributed's deprecated alias while it looks for kernels.
@@ -46,3 +48,23 @@ def quiet_libraries() -> None:
         logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"].upper())
     except ValueError:
         pass  # a level Python does not know: vLLM itself will say so
+
+
+ENGINE_ONLY = ("PYTHONWARNINGS", "TORCH_CPP_LOG_LEVEL")
+"""Variables set for the engine's processes only: the commands Tao runs for the model (tests, scripts) must see
+the user's own."""
+
+
+@contextlib.contextmanager
+def quiet_engine_start() -> Iterator[None]:
+    """`quiet_libraries` for the engine processes started inside; the user's ENGINE_ONLY variables again after."""
+    saved = {name: os.environ.get(name) for name in ENGINE_ONLY}
+    quiet_libraries()
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

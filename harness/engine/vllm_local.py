@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.engine.base import Chunk, EngineLoad, LLMRequest, Usage
 from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
-from harness.engine.quiet import quiet_libraries
+from harness.engine.quiet import quiet_engine_start
 from harness.shutdown import loaded_heavy_libraries
 from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
 from harness.protocol import OPEN, CLOSE
@@ -127,11 +127,11 @@ class VLLMEngine:
     @classmethod
     async def start(cls, settings: VLLMSettings) -> VLLMEngine:
         """Start the engine core process and load the model (tens of seconds on a CPU)."""
-        quiet_libraries()
         loaded_heavy_libraries()  # the `tao` command exits at once when done (harness.shutdown.exits_at_once)
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_gib))
         started = time.monotonic()
-        llm = await asyncio.to_thread(_build_llm, settings)
+        with quiet_engine_start():
+            llm = await asyncio.to_thread(_build_llm, settings)
         return cls(llm, settings, time.monotonic() - started)
 
     def render(self, request: LLMRequest) -> list[int]:
