@@ -22,6 +22,15 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
+if multiprocessing.current_process().name != "MainProcess":
+    # A process vLLM spawned (its engine core, its worker) imports this module first, as its main module: quiet
+    # the libraries' known-harmless warnings before they are imported there, and let a Ctrl-C that comes before
+    # vLLM handles it end the process without a traceback (Tao itself says it was interrupted).
+    from harness.engine.quiet import quiet_interrupt, quiet_libraries
+
+    quiet_libraries()
+    quiet_interrupt()
+
 from harness.approval import load_policy
 from harness.engine.factory import ENGINES, EngineOptions, open_engine
 from harness.errors import EngineUnavailable, TaoError, UsageError
@@ -39,12 +48,6 @@ from tools.base import Observation
 
 EXIT_CODES = {"finished": 0, "error": 1, "limit": 3, "interrupted": 130}
 
-if multiprocessing.current_process().name != "MainProcess":
-    # A process vLLM spawned (its engine core, its worker) imports this module first, as its main module: quiet
-    # the libraries' known-harmless warnings before they are imported there.
-    from harness.engine.quiet import quiet_libraries
-
-    quiet_libraries()
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 

@@ -9,6 +9,7 @@ engine-core process (a child that does not watch its parent) lives on with its m
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
 import signal
 import sys
@@ -35,6 +36,8 @@ def exits_at_once(main: Callable[..., int]) -> Callable[..., int]:
     def wrapper(*args: object, **kwargs: object) -> int:
         code = main(*args, **kwargs)
         if _heavy:
+            for child in multiprocessing.active_children():
+                child.kill()  # an engine core still starting when the user interrupted: Python's exit would stop it
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()

@@ -13,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
+import sys
 import warnings
 from collections.abc import Iterator
 
@@ -68,3 +70,13 @@ def quiet_engine_start() -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def quiet_interrupt() -> None:
+    """In a child of Tao's: SIGINT (a Ctrl-C reaches the whole process group) exits quietly with 130, `finally`
+    blocks run, instead of printing a KeyboardInterrupt traceback; vLLM installs its own handler once it is ready."""
+
+    def leave(signum: int, frame: object) -> None:
+        sys.exit(130)
+
+    signal.signal(signal.SIGINT, leave)
