@@ -11,21 +11,32 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import sys
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
+
+if multiprocessing.current_process().name != "MainProcess":
+    # A process vLLM spawned (its engine core, its worker) imports this module first, as its main module: quiet
+    # the libraries' known-harmless warnings before they are imported there, and let a Ctrl-C that comes before
+    # vLLM handles it end the process without a traceback (Tao itself says it was interrupted).
+    from harness.engine.quiet import quiet_interrupt, quiet_libraries
+
+    quiet_libraries()
+    quiet_interrupt()
 
 from harness.approval import ApprovalPolicy, load_policy
 from harness.engine.factory import ENGINES, EngineOptions, open_engine
 from harness.errors import EngineUnavailable, TaoError, UsageError
-from harness.events import Event, LLMEnd, SessionEnd, TrajectoryWriter, TurnEnd, UserMessage
+from harness.events import Event, LLMEnd, SessionEnd, SessionStart, TrajectoryWriter, TurnEnd, UserMessage
 from harness.history import LAST, choose_session, load_saved, new_trajectory, rebuild, unanswered
 from harness.log import HumanLog, counted
 from harness.saved import PICK
 from harness.session import EventSink, Outcome, Session, SessionConfig
-from harness.shutdown import terminate_as_interrupt
+from harness.shutdown import exits_at_once, terminate_as_interrupt
 from harness.speculation.model import PatternModel, installed_model
 from harness.speculation.past import PAST_SECONDS, past_sessions
 from harness.speculation.patterns import Analyzer
@@ -65,12 +76,17 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
                             "with --engine replay, a window the replayed prompts must fit")
 
 
-def add_session_flags(parser: argparse.ArgumentParser) -> None:
+def add_session_flags(parser: argparse.ArgumentParser, quiet: bool = False) -> None:
     parser.add_argument("--headless", action="store_true",
                         help="no TUI: a human log on stderr (the default when not on a terminal)")
     parser.add_argument("--yolo", action="store_true",
                         help="run every shell command without asking (approvals: ~/.config/tao/config.toml, .tao.toml)")
-    parser.add_argument("--json", action="store_true", help="print one JSON event per line on stdout")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print one JSON event per line on stdout")
+    if quiet:
+        output.add_argument("-q", "--quiet", action="store_true",
+                            help="for scripts: print only the final answer (the model's summary) on stdout, and no log; "
+                                 "a session that does not finish says why on stderr (exit codes as usual)")
     parser.add_argument("--max-steps", type=int, default=30, help="model turns before stopping (default 30; demo 8)")
     parser.add_argument("--max-time", type=float, default=1800.0, help="wall-clock limit in seconds (default 1800)")
     parser.add_argument("--max-tokens", type=int, default=1024, help="output tokens per model turn (default 1024)")
@@ -117,12 +133,24 @@ async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Pa
         raise UsageError("this command always starts a new session; continue a saved one with `tao run --resume`")
     events, repo = resumable(saved, args) if saved is not None else (None, repo)
     trajectory = saved or new_trajectory(args.trajectory or default_trajectory_path())
-    analyzer = None if args.no_speculation else Analyzer(session_patterns(args.patterns, announce=True))
+    analyzer = None if args.no_speculation else Analyzer(session_patterns(args.patterns, announce=not getattr(args, "quiet", False)))
     config = SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time, max_tokens=args.max_tokens)
     workspace = Workspace(repo)
-    engine = await open_engine(engine_options(args))  # before the trajectory: a failed start leaves no file
+    quiet = getattr(args, "quiet", False)
+    try:
+        engine = await open_engine(engine_options(args))  # before the trajectory: a failed start leaves no file
+    except UsageError:
+        workspace.close()
+        raise  # bad usage: exit code 2 before any event, as documented
+    except (TaoError, asyncio.CancelledError) as exc:
+        workspace.close()
+        interrupted = isinstance(exc, asyncio.CancelledError)
+        reason = ("interrupted by the user while the engine started" if interrupted else
+                  f"engine unavailable: {exc}" if isinstance(exc, EngineUnavailable) else str(exc))
+        failed_start(task, repo, args, "interrupted" if interrupted else "error", reason)
+        raise
     writer = TrajectoryWriter(trajectory)
-    sinks = [writer.write, log or HumanLog(sys.stderr)]
+    sinks = [writer.write] + ([] if quiet else [log or HumanLog(sys.stderr)])
     if args.json:
         sinks.append(lambda event: print(event.to_json(), flush=True))
     try:
@@ -134,12 +162,36 @@ async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Pa
             replay_the_rest(engine, events)
             session.restore(events)
         end = await session.run()
+    except asyncio.CancelledError:
+        print(f"tao: interrupted; stopping the engine ({engine.name})...", file=sys.stderr, flush=True)
+        raise
     finally:
         writer.close()
         workspace.close()
         await engine.close()
-    print(f"trajectory: {trajectory}", file=sys.stderr)
+    if not quiet:
+        print(f"trajectory: {trajectory}", file=sys.stderr)
+    elif end.status == "finished":
+        print(end.summary, flush=True)  # the final answer, alone on stdout
+    else:
+        print(f"tao: session {end.status} after {counted(end.steps, 'step')}: {end.reason}", file=sys.stderr)
     return end
+
+
+def failed_start(task: str, repo: Path, args: argparse.Namespace, status: str, reason: str) -> None:
+    """With --json, a session_start and a session_end (`status`, `reason`) for a session whose engine never opened,
+    so that a script reading the stream gets its session_end last, as for any other session."""
+    if not args.json:
+        return
+    engine = {"openai": f"openai:{args.base_url}", "replay": f"replay:{args.replay and args.replay.name}"}.get(
+        args.engine, f"vllm:{args.model or 'embedded'}")
+    start = SessionStart(0.0, uuid.uuid4().hex[:12], task, str(repo.resolve()), engine,
+                         sorted(tool.name for tool in default_tools(test_command=args.test_command)),
+                         {"max_steps": args.max_steps, "max_seconds": args.max_time,
+                          "speculation": not args.no_speculation},
+                         datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    for event in (start, SessionEnd(0.0, status, reason, "", 0, "", 0)):
+        print(event.to_json(), flush=True)
 
 
 STOPPED = ("[not run to the end: the session stopped before this call's result was recorded; "
@@ -264,7 +316,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     repo = Path(args.repo).expanduser()
     if not repo.is_dir():
         raise UsageError(f"--repo {repo} is not a directory")
-    if not args.headless and not args.json and sys.stdin.isatty() and sys.stdout.isatty():
+    if not args.headless and not args.json and not args.quiet and sys.stdin.isatty() and sys.stdout.isatty():
         return cmd_tui(args, task=resolve_task(args) if args.task or args.replay else "")
     if args.resume is not None:
         if args.task:
@@ -334,7 +386,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the agent on a task", description="Run the agent on a task in a repository.")
     run.add_argument("task", nargs="?", help="the task text, or @FILE to read it from a file")
     run.add_argument("--repo", default=".", help="the repository to work in (default: current directory)")
-    add_session_flags(run)
+    add_session_flags(run, quiet=True)
     add_engine_flags(run)
     run.set_defaults(func=cmd_run)
 
@@ -389,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@exits_at_once
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):

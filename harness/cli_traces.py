@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     imp = sub.add_parser("import", help="convert trajectories of another agent into Tao trajectories")
     imp.add_argument("src", type=Path, help="a trajectory file or a directory of them")
     imp.add_argument("--from", dest="fmt", choices=sorted(FORMATS), help="the source format (default: recognised)")
-    imp.add_argument("--to", dest="out", type=Path, required=True, help="directory for the Tao .jsonl files")
+    imp.add_argument("--out", type=Path, help="directory for the Tao .jsonl files (required)")
+    imp.add_argument("--to", dest="to", type=Path, help=argparse.SUPPRESS)  # the old name of --out, still accepted
     imp.set_defaults(func=cmd_import)
 
     stats = sub.add_parser("stats", help="sessions, calls and call kinds of a directory of trajectories")
@@ -61,6 +62,7 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_import(args: argparse.Namespace) -> int:
     """`tao traces import`: write each session found as a Tao trajectory."""
+    args.out = import_target(args)
     report = ImportReport()
     written = 0
     for session in load_sessions(existing(args.src), args.fmt, report):
@@ -72,6 +74,18 @@ def cmd_import(args: argparse.Namespace) -> int:
         return 1
     print(f"imported {written} sessions ({report.actions} calls) into {args.out}", file=sys.stderr)
     return 0
+
+
+def import_target(args: argparse.Namespace) -> Path:
+    """The directory `--out` names (`--to`, its old name, still works, with a note to use --out)."""
+    to = getattr(args, "to", None)
+    if args.out is not None and to is not None and args.out != to:
+        raise UsageError(f"--out {args.out} and --to {to} name two directories; give only --out")
+    if args.out is None and to is None:
+        raise UsageError("tao traces import needs --out DIR: the directory for the Tao .jsonl files")
+    if args.out is None:
+        print("tao: --to is now --out (as in `tao traces learn`); --to still works for now", file=sys.stderr)
+    return args.out or to
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -90,7 +104,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
                 tools[action.tool] += 1
     result = {"sessions": report.sessions, "calls": report.actions, "formats": dict(formats),
               "kinds": dict(kinds.most_common()), "canonical_tools": dict(tools.most_common()),
-              "skipped_records": len(report.skipped)}
+              "skipped_records": len(report.skipped), "ignored_records": dict(report.ignored)}
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -155,3 +169,6 @@ def _print_skipped(report: ImportReport, limit: int = 20) -> None:
         print(f"skipped {line}", file=sys.stderr)
     if len(report.skipped) > limit:
         print(f"... and {len(report.skipped) - limit} more skipped records", file=sys.stderr)
+    if report.ignored:
+        kinds = ", ".join(f"{count} {kind}" for kind, count in sorted(report.ignored.items(), key=lambda kv: -kv[1]))
+        print(f"left out {sum(report.ignored.values())} records that hold no tool calls ({kinds})", file=sys.stderr)

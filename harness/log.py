@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from typing import TextIO
@@ -22,6 +23,20 @@ def visible(text: str) -> str:
 def counted(n: int, noun: str) -> str:
     """`n` and the noun in the right number ("1 step", "6 steps"), so messages read as people write."""
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def argument(value: object, width: int = 60) -> str:
+    """A call argument as the log shows it, in the call's Python spelling: numbers, booleans and None bare, text
+    quoted and cut to `width` characters, lists and objects as compact JSON."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return repr(value[:width])
+    try:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= width else text[:width] + "..."
 
 
 def _preview(text: str, lines: int = PREVIEW_LINES) -> str:
@@ -52,7 +67,7 @@ class HumanLog:
                 tokens = f"{event.output_tokens} tokens" + (f", {event.ttft:.2f}s to first" if event.ttft else "")
                 return f"{stamp} step {event.step}: model answered ({tokens})" + (f"\n{_preview(thought, 3)}" if thought else "")
             case ToolCall():
-                args = ", ".join(f"{k}={str(v)[:60]!r}" for k, v in event.arguments.items())
+                args = ", ".join(f"{k}={argument(v)}" for k, v in event.arguments.items())
                 return f"{stamp} -> {event.name}({args})"
             case ToolResult():
                 status = "error" if event.is_error else "ok" if event.exit_code in (None, 0) else f"exit {event.exit_code}"

@@ -137,3 +137,33 @@ def test_the_log_counts_steps_in_good_grammar() -> None:
     assert one is not None and "after 1 step:" in one
     many = log.format(SessionEnd(t=1.0, status="finished", reason="done", steps=6))
     assert many is not None and "after 6 steps:" in many
+
+
+def test_an_engine_that_cannot_be_reached_still_ends_the_json_stream_with_session_end(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    result = tao("run", "--json", "--engine", "openai", "--base-url", "http://127.0.0.1:9/v1", "fix it",
+                 "--repo", str(repo), state=tmp_path)
+    assert result.returncode == 1, result.stderr
+    events = [from_dict(json.loads(line)) for line in result.stdout.splitlines()]
+    assert [event.type for event in events] == ["session_start", "session_end"]
+    start, end = events
+    assert start.task == "fix it" and start.repo == str(repo) and start.engine == "openai:http://127.0.0.1:9/v1"
+    assert isinstance(end, SessionEnd) and end.status == "error"
+    assert "no OpenAI-compatible server answers at http://127.0.0.1:9/v1" in end.reason
+    assert "engine unavailable" in result.stderr  # the person reading stderr is told too
+    assert not list((tmp_path / "tao").rglob("*.jsonl"))  # a session that never started leaves no trajectory
+    usage = tao("run", "--json", "--engine", "openai", "fix it", "--repo", str(repo), state=tmp_path)
+    assert usage.returncode == 2 and usage.stdout == ""  # bad usage: exit 2 before any event, as documented
+
+
+def test_quiet_prints_only_the_final_answer(tmp_path: Path) -> None:
+    replay = ("run", "--engine", "replay", "--replay", str(EXAMPLES / "calc.replay.json"))
+    result = tao(*replay, "--quiet", "--repo", str(make_calc_repo(tmp_path / "a")), state=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "add() subtracted its arguments; it now returns a + b and the test suite passes.\n"
+    assert "-> " not in result.stderr and "session finished" not in result.stderr  # no log either
+    limited = tao(*replay, "-q", "--max-steps", "1", "--repo", str(make_calc_repo(tmp_path / "b")), state=tmp_path)
+    assert limited.returncode == 3 and limited.stdout == ""
+    assert "step limit of 1" in limited.stderr
+    both = tao(*replay, "--quiet", "--json", "--repo", str(tmp_path), state=tmp_path)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr and both.stdout == ""

@@ -4,6 +4,7 @@ embedded model's conversion never leaves a half-written directory in use. No eng
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,17 @@ def test_replay_engine_never_imports_vllm_or_httpx() -> None:
             "print(json.dumps(['vllm' in sys.modules, 'httpx' in sys.modules, 'torch' in sys.modules]))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(out.stdout) == [False, False, False]
+
+
+def test_the_quieted_warnings_are_for_the_engine_processes_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands Tao runs for the model (the user's tests) keep the user's own PYTHONWARNINGS."""
+    from harness.engine.quiet import quiet_engine_start
+
+    monkeypatch.setenv("PYTHONWARNINGS", "error::DeprecationWarning")
+    monkeypatch.delenv("TORCH_CPP_LOG_LEVEL", raising=False)
+    with quiet_engine_start():
+        inside = os.environ["PYTHONWARNINGS"].split(",")
+        assert "ignore::UserWarning:multiprocessing.resource_tracker" in inside
+        assert inside[-1] == "error::DeprecationWarning"  # the user's filter still wins (the last one does)
+        assert os.environ["TORCH_CPP_LOG_LEVEL"] == "ERROR"
+    assert os.environ["PYTHONWARNINGS"] == "error::DeprecationWarning" and "TORCH_CPP_LOG_LEVEL" not in os.environ

@@ -89,7 +89,7 @@ def test_traces_commands_finish_on_a_folder_with_bad_files(tmp_path: Path, comma
     from harness.cli import main
 
     folder = folder_with_bad_files(tmp_path)
-    extra = {"stats": [], "import": ["--to", str(tmp_path / "out")],
+    extra = {"stats": [], "import": ["--out", str(tmp_path / "out")],
              "learn": ["--out", str(tmp_path / "model.json"), "--epochs", "1"]}[command]
     assert main(["traces", command, str(folder), *extra]) == 0
     err = capsys.readouterr().err

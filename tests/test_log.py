@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from harness.events import LLMEnd, ToolResult
+from harness.events import LLMEnd, ToolCall, ToolResult
 from harness.log import HumanLog
 
 
@@ -18,3 +18,10 @@ def test_control_characters_from_the_model_and_tools_are_shown_escaped() -> None
     assert "\x1b" not in out and "\x07" not in out and "\x00" not in out and "\r" not in out
     assert "\\x1b[2J" in out and "\\x00" in out
     assert "\ttab" in out  # tabs and line breaks stay as they are
+
+
+def test_call_arguments_show_numbers_and_booleans_bare_and_text_quoted() -> None:
+    line = HumanLog().format(ToolCall(1.0, 1, "c1", "read_file", {"path": "x", "start_line": 4, "whole": True,
+                                                                    "ratio": 0.5, "skip": None, "globs": ["*.py"]}, "pure"))
+    assert line is not None
+    assert "read_file(path='x', start_line=4, whole=True, ratio=0.5, skip=None, globs=[\"*.py\"])" in line

@@ -24,6 +24,9 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "claude_code_session.js
 # Laid out as Claude Code 2.x writes a transcript: a record per content block, thinking, parallel calls,
 # a subagent's records in the same file, meta records and slash-command echoes, a record written twice.
 REALISTIC = Path(__file__).resolve().parent / "fixtures" / "claude_code_realistic.jsonl"
+# As Claude Code 2.1 writes one: `progress` records of hooks and commands, and a subagent's messages wrapped in
+# `agent_progress` records; Glob, Edit with replace_all, MultiEdit, TodoWrite.
+PROGRESS = Path(__file__).resolve().parent / "fixtures" / "claude_code_progress.jsonl"
 # mini-swe-agent 2 (format mini-swe-agent-1.1), written by hand: chat tool calls, and the Responses API.
 MINI_V2 = [Path(__file__).resolve().parent / "fixtures" / f"mini_swe_agent_v2_{shape}.traj.json"
            for shape in ("toolcall", "response")]
@@ -163,7 +166,7 @@ def test_claude_code_fixture_maps_tools_and_reports_damage() -> None:
     assert detect(FIXTURE) == "claude-code"
     (session,), report = only(FIXTURE)
     made = calls(session.events)
-    assert [c.name for c in made] == ["bash", "read_file", "grep", "Glob", "edit_file", "bash", "write_file"]
+    assert [c.name for c in made] == ["bash", "read_file", "grep", "glob", "edit_file", "bash", "write_file"]
     assert made[1].arguments == {"path": "/home/dev/calc/calc/ops.py"}
     assert made[2].arguments == {"pattern": "def add", "path": "/home/dev/calc/calc"}
     assert made[3].effect == "unknown"
@@ -174,7 +177,7 @@ def test_claude_code_fixture_maps_tools_and_reports_damage() -> None:
     assert results[0].is_error and "1 failed" in results[0].output
     assert results[1].t == pytest.approx(8.2)
     assert any("damaged JSON" in s for s in report.skipped)
-    assert any("unknown record type 'progress'" in s for s in report.skipped)
+    assert not any("progress" in s for s in report.skipped) and report.ignored == {"progress": 1}  # no calls in it
     turns = [e for e in session.events if isinstance(e, LLMEnd)]
     assert turns[0].text == "Let me run the failing test first." and turns[0].tool_calls
 
@@ -185,7 +188,7 @@ def test_claude_code_transcript_as_written_by_claude_code_2() -> None:
     assert report.skipped == []
     main, agent = sessions
     assert main.events[0].task.startswith("Cart.total() ignores the discount")  # not the caveat, not /clear
-    assert [c.name for c in calls(main.events)] == ["grep", "read_file", "read_file", "bash", "TodoWrite", "Task",
+    assert [c.name for c in calls(main.events)] == ["grep", "read_file", "read_file", "bash", "todo_write", "task",
                                                     "edit_file", "bash"]
     assert agent.session_id == main.session_id + "-agent-a1b2c3d"
     assert [c.arguments for c in calls(agent.events)] == [{"pattern": "\\.discount", "path": "/home/dev/shop"}]
@@ -199,6 +202,41 @@ def test_claude_code_transcript_as_written_by_claude_code_2() -> None:
     results = [e for e in main.events if isinstance(e, ToolResult)]
     assert len(results) == 8 and results[3].is_error and "1 failed" in results[3].output
     assert sum("has been updated" in r.output for r in results) == 1  # the record written twice counts once
+
+
+def test_claude_code_2_progress_records_are_a_subagents_session_or_left_out_quietly() -> None:
+    (main, agent), report = only(PROGRESS)
+    assert report.skipped == []
+    assert report.ignored == {"progress": 3}  # two hooks' and a command's progress: nothing to import, only counted
+    made = calls(main.events)
+    assert [c.name for c in made] == ["glob", "task", "edit_file", "edit_file", "todo_write"]
+    assert made[2].arguments == {"path": "/home/dev/shop/shop/export.py", "old": '"price"',
+                                 "new": '"price", "discount"', "replace_all": True}
+    assert made[3].arguments == {"path": "/home/dev/shop/tests/test_export.py", "edits": [
+        {"old": "a", "new": "b"}, {"old": "c", "new": "d", "replace_all": True}]}
+    assert made[2].effect == made[3].effect == "mutating"
+    assert canonical(made[2].name, made[2].arguments, "/home/dev/shop").kind == "edit"
+    assert agent.session_id == main.session_id + "-agent-e5f6"  # as a subagent's isSidechain records are
+    assert agent.events[0].task == "Where is the discount column named?"
+    (grep,) = calls(agent.events)
+    assert grep.name == "grep" and grep.arguments == {"pattern": "discount", "path": "/home/dev/shop/shop"}
+    (found,) = [e for e in agent.events if isinstance(e, ToolResult)]
+    assert "COLUMNS" in found.output
+
+
+def test_stats_counts_records_without_calls_once_and_names_every_tool_in_taos_words(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import main
+
+    assert main(["traces", "stats", str(PROGRESS.parent), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "unknown record type 'progress'" not in captured.err
+    stats = json.loads(captured.out)
+    assert stats["ignored_records"]["progress"] >= 4
+    assert not [name for name in stats["canonical_tools"] if name != name.lower()]  # Edit, Glob, TodoWrite: gone
+    assert main(["traces", "stats", str(PROGRESS)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("left out 3 records that hold no tool calls (3 progress)") == 1 and "skipped" not in err
 
 
 def test_claude_code_call_without_result_is_reported(tmp_path: Path) -> None:
@@ -239,7 +277,7 @@ def test_unreadable_and_foreign_files_never_stop_an_import(tmp_path: Path) -> No
 def test_cli_import_and_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     parser = argparse.ArgumentParser()
     cli_traces.register(parser.add_subparsers())
-    args = parser.parse_args(["traces", "import", "--from", "claude-code", str(FIXTURE), "--to", str(tmp_path)])
+    args = parser.parse_args(["traces", "import", "--from", "claude-code", str(FIXTURE), "--out", str(tmp_path)])
     assert args.func(args) == 0
     (out,) = tmp_path.glob("*.jsonl")
     assert read_trajectory(out)[0].type == "session_start"
@@ -249,14 +287,28 @@ def test_cli_import_and_stats(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert stats["sessions"] == 1 and stats["calls"] == 7 and stats["kinds"]["test"] == 2
 
 
+def test_import_writes_to_out_as_learn_does_and_the_old_to_still_works(tmp_path: Path,
+                                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from harness.cli import build_parser, main
+
+    assert main(["traces", "import", str(FIXTURE), "--out", str(tmp_path / "new")]) == 0
+    assert len(list((tmp_path / "new").glob("*.jsonl"))) == 1 and "--to" not in capsys.readouterr().err
+    assert main(["traces", "import", str(FIXTURE), "--to", str(tmp_path / "old")]) == 0
+    assert len(list((tmp_path / "old").glob("*.jsonl"))) == 1 and "--to is now --out" in capsys.readouterr().err
+    assert main(["traces", "import", str(FIXTURE)]) == 2 and "needs --out DIR" in capsys.readouterr().err
+    helped = build_parser()._subparsers._group_actions[0].choices["traces"]  # type: ignore[union-attr]
+    usage = helped._subparsers._group_actions[0].choices["import"].format_help()  # type: ignore[union-attr]
+    assert "--out" in usage and "--to" not in usage
+
+
 def test_cli_says_what_is_missing_and_what_it_looks_for(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from harness.cli import main
 
-    assert main(["traces", "import", str(tmp_path / "nowhere"), "--to", str(tmp_path / "out")]) == 2
+    assert main(["traces", "import", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")]) == 2
     assert "nowhere does not exist" in capsys.readouterr().err
     (tmp_path / "empty").mkdir()
     for argv in (["traces", "stats", str(tmp_path / "empty")], ["traces", "learn", str(tmp_path / "empty")],
-                 ["traces", "import", str(tmp_path / "empty"), "--to", str(tmp_path / "out")]):
+                 ["traces", "import", str(tmp_path / "empty"), "--out", str(tmp_path / "out")]):
         assert main(argv) == 1, argv
         err = capsys.readouterr().err
         assert "no trajectories found in" in err and "Claude Code transcripts *.jsonl" in err, err

@@ -24,6 +24,8 @@ from typing import Any
 
 from harness.engine.base import Chunk, EngineLoad, LLMRequest, Usage
 from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
+from harness.engine.quiet import quiet_engine_start
+from harness.shutdown import loaded_heavy_libraries
 from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
 from harness.protocol import OPEN, CLOSE
 
@@ -56,11 +58,10 @@ class VLLMSettings:
     """KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE), unless that variable is set already."""
 
 
-def quiet_vllm_logs() -> None:
-    """Send vLLM's logs to stderr, errors only (stdout carries --json events); the user's settings win."""
-    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+SHUTDOWN_GRACE = 1.0
+"""Seconds vLLM's engine core gets to stop after SIGTERM before it and its worker are killed. It stops serving
+at once; what it did next was its worker's and its own interpreter teardown (4-5 s on two cores, ended by vLLM's
+kill at 5 s anyway). Nothing of it is kept, and the resource tracker removes the shared memory they leave."""
 
 
 def cpu_has_bf16() -> bool:
@@ -127,10 +128,11 @@ class VLLMEngine:
     @classmethod
     async def start(cls, settings: VLLMSettings) -> VLLMEngine:
         """Start the engine core process and load the model (tens of seconds on a CPU)."""
-        quiet_vllm_logs()
+        loaded_heavy_libraries()  # the `tao` command exits at once when done (harness.shutdown.exits_at_once)
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(settings.kv_cache_gib))
         started = time.monotonic()
-        llm = await _in_daemon_thread(_build_llm, settings)
+        with quiet_engine_start():
+            llm = await _in_daemon_thread(_build_llm, settings)
         return cls(llm, settings, time.monotonic() - started)
 
     def render(self, request: LLMRequest) -> list[int]:
@@ -251,7 +253,7 @@ class VLLMEngine:
             handler.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await handler
-        await asyncio.to_thread(llm.shutdown)
+        await asyncio.to_thread(llm.shutdown, SHUTDOWN_GRACE)
         # AsyncLLM.__del__ shuts down again, possibly during interpreter exit where that fails noisily.
         llm.shutdown = lambda *args, **kwargs: None
 
@@ -297,6 +299,7 @@ def _build_llm(settings: VLLMSettings) -> Any:
         dtype=("bfloat16" if cpu_has_bf16() else "float32") if on_cpu else "auto",
         enforce_eager=on_cpu,
         logits_processors=[PROCESSOR],  # forced answers take the recorded text's own tokens
+        use_tqdm_on_load=False,  # a progress bar for loading a model's shards, in the user's log
     )
     load = EngineLoad()
     try:  # the model's config first: only what fails here is about the model itself

@@ -4,15 +4,19 @@ Assistant records carry `message.content[]` items, among them `{type: "tool_use"
 user records carry `{type: "tool_result", tool_use_id, content}`; every record has an ISO `timestamp`.
 Consecutive assistant records form one model turn (Claude Code writes one record per content block:
 thinking, text and each tool_use apart); its thinking counts as reasoning, before its text. Claude Code's
-tools become Tao calls where they amount to one (Bash, Read, Grep, LS, Edit, Write); others (Glob, Task,
-TodoWrite, ...) keep their name. A subagent's records (`isSidechain`) form a session of their own, records
-written twice (same `uuid`, as on resume) count once, and the task is the first prompt the user typed, not
-a meta record or a slash command's echo.
+tools become Tao calls where they amount to one (Bash, Read, NotebookRead, Grep, LS, Edit, MultiEdit,
+Write); the others, which Tao has no tool for (Glob, Task, TodoWrite, WebFetch, ...), take Tao's spelling of
+their name (`glob`, `task`, `todo_write`, `web_fetch`). A subagent's records (`isSidechain`, or wrapped in a
+`progress` record as Claude Code 2 writes them) form a session of their own, records written twice (same
+`uuid`, as on resume) count once, and the task is the first prompt the user typed, not a meta record or a
+slash command's echo. Records of other kinds (progress of a hook or a command, bookkeeping) hold no calls:
+they are counted in `report.ignored`, not reported one by one.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +29,8 @@ FORMAT = "claude-code"
 # Claude Code's file and shell tools, by the Tao names they are imported as (it has no run_tests).
 CLAUDE_CODE_TOOLS = ["bash", "edit_file", "finish", "grep", "list_files", "read_file", "write_file"]
 _QUIET_TYPES = {"summary", "system", "file-history-snapshot", "queue-operation"}
+# Claude Code's tools that become Tao calls; the same name left as it is marks an input this importer cannot read.
+CLAUDE_CODE_NAMES = {"Bash", "Read", "NotebookRead", "Grep", "LS", "Edit", "MultiEdit", "Write"}
 # User texts that Claude Code writes itself: slash commands' echoes and output, caveats, interruptions.
 _NOT_TASK = ("<command-", "<local-command-", "Caveat:", "[Request interrupted")
 
@@ -61,6 +67,15 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
             continue
         if record.get("type") in _QUIET_TYPES:
             continue
+        if record.get("type") not in ("user", "assistant", None):
+            inner = _unwrapped(record)
+            if inner is None and _has_calls(record):
+                report.skip(f"{path}:{number}", f"unknown record type {record.get('type')!r} with tool calls")
+            elif inner is None:
+                report.ignore(str(record.get("type")))  # progress of a hook or a command, bookkeeping: no calls
+            if inner is None:
+                continue
+            record = inner
         uuid = record.get("uuid")
         if isinstance(uuid, str) and uuid:
             if uuid in seen:
@@ -73,12 +88,42 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
     return [s for sid, recs in records.items() if (s := _session(sid, recs, path, report))]
 
 
+def _unwrapped(record: dict[str, Any]) -> dict[str, Any] | None:
+    """The user or assistant record a `progress` record wraps (a subagent's message, as Claude Code 2 writes them:
+    `data.message`), as a record of the subagent's session; None for a record that holds no message."""
+    data = record.get("data")
+    inner = data.get("message") if isinstance(data, dict) else None
+    if not (isinstance(inner, dict) and inner.get("type") in ("user", "assistant")
+            and isinstance(inner.get("message"), dict)):
+        return None
+    agent = data.get("agentId") or record.get("parentToolUseID") or "progress"
+    return {**inner, "sessionId": record.get("sessionId") or inner.get("sessionId"), "isSidechain": True,
+            "agentId": agent, "uuid": inner.get("uuid") or record.get("uuid"),
+            "timestamp": inner.get("timestamp") or record.get("timestamp"), "cwd": inner.get("cwd") or record.get("cwd")}
+
+
+def _has_calls(record: dict[str, Any]) -> bool:
+    """Whether a record of a kind this importer does not know holds tool calls (then leaving it out loses data)."""
+    message = record.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    return isinstance(content, list) and any(isinstance(item, dict) and item.get("type") == "tool_use"
+                                             for item in content)
+
+
+def tao_name(name: str) -> str:
+    """A tool Tao has no counterpart for, in Tao's spelling of tool names: `TodoWrite` -> `todo_write`."""
+    return "_".join(word.lower() for word in _WORDS.findall(name)) or name
+
+
+_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+")
+
+
 def to_tao_call(name: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """A Claude Code tool call as a Tao call (name, arguments)."""
     get = tool_input.get
     if not _strings(tool_input, "command", "file_path", "pattern", "path", "glob", "type", "old_string",
                     "new_string", "content"):
-        return name, dict(tool_input)  # not what Claude Code writes: kept as the foreign call it is
+        return (name if name in CLAUDE_CODE_NAMES else tao_name(name)), dict(tool_input)  # not as Claude Code writes it
     if name == "Bash" and isinstance(get("command"), str):
         return "bash", {"command": get("command")}
     if name == "Read" and get("file_path"):
@@ -97,11 +142,22 @@ def to_tao_call(name: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, A
                         **({"glob": glob} if glob else {})}
     if name == "LS" and get("path"):
         return "list_files", {"path": get("path"), "depth": 1}
-    if name == "Edit" and get("file_path") and not get("replace_all"):
-        return "edit_file", {"path": get("file_path"), "old": get("old_string", ""), "new": get("new_string", "")}
+    if name == "NotebookRead" and isinstance(get("notebook_path"), str):
+        return "read_file", {"path": get("notebook_path")}
+    if name == "Edit" and get("file_path"):
+        every = {"replace_all": True} if get("replace_all") else {}
+        return "edit_file", {"path": get("file_path"), "old": get("old_string", ""), "new": get("new_string", ""), **every}
+    if name == "MultiEdit" and get("file_path") and isinstance(get("edits"), list):
+        edits = [{"old": e.get("old_string", ""), "new": e.get("new_string", ""),
+                  **({"replace_all": True} if e.get("replace_all") else {})} for e in get("edits") if isinstance(e, dict)]
+        if len(edits) == 1:
+            return "edit_file", {"path": get("file_path"), **edits[0]}
+        return "edit_file", {"path": get("file_path"), "edits": edits}
     if name == "Write" and get("file_path"):
         return "write_file", {"path": get("file_path"), "content": get("content", "")}
-    return name, dict(tool_input)
+    if name in CLAUDE_CODE_NAMES:
+        return name, dict(tool_input)  # a Claude Code tool whose input is not as it writes it: kept as it is
+    return tao_name(name), dict(tool_input)
 
 
 def _strings(tool_input: dict[str, Any], *keys: str) -> bool:
@@ -130,7 +186,7 @@ def _session(session_id: str, records: list[tuple[int, dict[str, Any]]], path: P
         cwd = cwd or string(record.get("cwd"))
         rel = t - t0 if t is not None and t0 is not None else None
         if kind not in ("user", "assistant") or not isinstance(message, dict):
-            report.skip(f"{path}:{number}", f"unknown record type {kind!r}")
+            report.skip(f"{path}:{number}", f"a {kind or 'typeless'} record without a message")
             continue
         content = message.get("content")
         items = content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]

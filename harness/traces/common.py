@@ -27,10 +27,17 @@ class ImportReport:
     actions: int = 0
     skipped: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    ignored: dict[str, int] = field(default_factory=dict)
+    """Records of kinds that hold no calls (an agent's progress or bookkeeping records), by kind: nothing is lost
+    by leaving them out, so they are only counted."""
 
     def skip(self, where: str, why: str) -> None:
         """Record a skipped record: where it was and why it was skipped."""
         self.skipped.append(f"{where}: {why}")
+
+    def ignore(self, kind: str) -> None:
+        """Count a record left out because its kind holds no calls."""
+        self.ignored[kind] = self.ignored.get(kind, 0) + 1
 
     def failed(self, where: str, exc: BaseException) -> None:
         """Record a file an importer failed on unexpectedly: skipped, and kept in `errors` to be reported."""
