@@ -30,12 +30,13 @@ def exits_at_once(main: Callable[..., int]) -> Callable[..., int]:
 
     Its work is done by then (the engine shut down, the trajectory closed); what Python would do next is tear down
     vLLM, torch and transformers object by object, 3-4 s on two cores, to free memory the process gives back
-    anyway. Elsewhere (tests call `main` in-process) it returns as usual."""
+    anyway. Only the `tao` command itself, which calls `main()` with no arguments, exits so: a caller that passes
+    its own argv (a test in a pytest process whose engine fixture loaded vLLM) gets the code back as usual."""
 
     @functools.wraps(main)
     def wrapper(*args: object, **kwargs: object) -> int:
         code = main(*args, **kwargs)
-        if _heavy:
+        if _heavy and not args and not kwargs:
             for child in multiprocessing.active_children():
                 child.kill()  # an engine core still starting when the user interrupted: Python's exit would stop it
             for stream in (sys.stdout, sys.stderr):

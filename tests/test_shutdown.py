@@ -93,3 +93,11 @@ def test_the_cli_installs_it(tmp_path: Path) -> None:
         assert signal.getsignal(signal.SIGTERM) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGTERM, before)
+
+
+def test_a_caller_with_its_own_argv_gets_the_code_back_after_vllm_was_loaded(monkeypatch) -> None:
+    """A pytest process whose engine fixture started vLLM calls `main([...])` in-process: it must not end there."""
+    from harness import shutdown
+
+    monkeypatch.setattr(shutdown, "_heavy", True)  # as after the session's vllm_engine fixture started
+    assert shutdown.exits_at_once(lambda argv: len(argv))(["traces", "stats"]) == 2
