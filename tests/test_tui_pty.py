@@ -109,7 +109,7 @@ def test_tao_on_the_embedded_engine_runs_a_task_and_resumes_it(tmp_path: Path, e
     assert approval.decision == "allow" and approval.by == "user"
     assert (repo / "calc" / "ops.py").read_text().count("return a + b") == 1
 
-    child, log = spawn_tao(tmp_path, "--repo", str(repo), "--resume", "--replay", str(script), timeout=300)
+    child, log = spawn_tao(tmp_path, "--repo", str(repo), "--continue", "--replay", str(script), timeout=300)
     try:
         child.expect("grep\\(pattern='def add'\\)")  # the conversation, drawn from the trajectory at once
         child.expect("session resumed after step 4")  # once the engine is ready
