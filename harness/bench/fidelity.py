@@ -47,6 +47,7 @@ from harness.bench.fidelity_cases import Call, Case, call_dict
 from harness.bench.fidelity_kinds import KINDS, case_by_id, generate
 from harness.bench.fidelity_tree import Places, Snapshot, Trash, build, clear, diff_trees, excerpt, remove, snapshot
 from harness.bench.fidelity_world import PROJECT, Seen, World, run_world
+from harness.environ import kept_environment
 
 __all__ = ["Places", "Snapshot", "Verdict", "World", "build", "compare", "diff_trees", "judge", "remove", "run_cases",
            "scratch_base", "snapshot"]
@@ -165,29 +166,24 @@ class Loopback(socketserver.ThreadingTCPServer):
 async def run_cases(cases: list[Case], base: Path, keep: Path | None = None,
                     progress: bool = False) -> list[Verdict]:
     """Judge every case at one place under `base` (HOME and the overlay state base set for the run)."""
-    saved = {name: os.environ.get(name) for name in ("HOME", "TAO_OVERLAY_DIR")}
-    server = Loopback()
-    places = Places(base, f"tao-fid-{os.getpid()}-{os.urandom(3).hex()}", server.server_address[1], Trash(base))
-    places.state.mkdir(parents=True, exist_ok=True)
-    os.environ["TAO_OVERLAY_DIR"] = str(places.state)
-    verdicts: list[Verdict] = []
-    try:
-        for index, case in enumerate(cases):
-            verdicts.append(await judge(case, places, keep))
-            if progress and (index + 1) % 100 == 0:
-                bad = sum(v.failed for v in verdicts)
-                print(f"fidelity: {index + 1}/{len(cases)} cases, {bad} failing", file=sys.stderr, flush=True)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        server.shutdown()
-        server.server_close()
-        clear(places)
-        if places.trash is not None:
-            places.trash.close()
+    with kept_environment("HOME", "TAO_OVERLAY_DIR"):
+        server = Loopback()
+        places = Places(base, f"tao-fid-{os.getpid()}-{os.urandom(3).hex()}", server.server_address[1], Trash(base))
+        places.state.mkdir(parents=True, exist_ok=True)
+        os.environ["TAO_OVERLAY_DIR"] = str(places.state)
+        verdicts: list[Verdict] = []
+        try:
+            for index, case in enumerate(cases):
+                verdicts.append(await judge(case, places, keep))
+                if progress and (index + 1) % 100 == 0:
+                    bad = sum(v.failed for v in verdicts)
+                    print(f"fidelity: {index + 1}/{len(cases)} cases, {bad} failing", file=sys.stderr, flush=True)
+        finally:
+            server.shutdown()
+            server.server_close()
+            clear(places)
+            if places.trash is not None:
+                places.trash.close()
     return verdicts
 
 

@@ -18,6 +18,8 @@ import sys
 import warnings
 from collections.abc import Iterator
 
+from harness.environ import kept_environment
+
 HARMLESS_WARNINGS = (
     # vLLM's Triton dispatcher touches torch.distributed's deprecated alias while it looks for kernels.
     "ignore:`torch.distributed.reduce_op` is deprecated:FutureWarning",
@@ -60,16 +62,9 @@ the user's own."""
 @contextlib.contextmanager
 def quiet_engine_start() -> Iterator[None]:
     """`quiet_libraries` for the engine processes started inside; the user's ENGINE_ONLY variables again after."""
-    saved = {name: os.environ.get(name) for name in ENGINE_ONLY}
-    quiet_libraries()
-    try:
+    with kept_environment(*ENGINE_ONLY):
+        quiet_libraries()
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def quiet_interrupt() -> None:

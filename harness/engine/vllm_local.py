@@ -25,6 +25,7 @@ from typing import Any
 from harness.engine.base import Chunk, EngineLoad, LLMRequest, Usage
 from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
 from harness.engine.quiet import quiet_engine_start
+from harness.environ import kept_environment
 from harness.shutdown import loaded_heavy_libraries
 from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
 from harness.protocol import OPEN, CLOSE
@@ -302,31 +303,21 @@ def _build_llm(settings: VLLMSettings) -> Any:
         use_tqdm_on_load=False,  # a progress bar for loading a model's shards, in the user's log
     )
     load = EngineLoad()
-    preload = os.environ.get("LD_PRELOAD")  # before the engine's config: vLLM's CPU platform adds to it from there on
-    try:  # the model's config first: only what fails here is about the model itself
-        config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
-    except (OSError, ValueError) as exc:
-        _restore_preload(preload)
-        raise EngineUnavailable(f"vLLM could not load model {settings.model!r}; pass a local model directory "
-                                f"or a Hugging Face name that is cached or downloadable ({exc})") from None
-    try:
-        llm = AsyncLLM.from_vllm_config(config, stat_loggers=[_load_logger(load)], disable_log_stats=True)
-        llm.tao_load = load
-        return llm
-    except (OSError, ValueError, RuntimeError) as exc:  # starting its processes, loading the weights
-        raise EngineUnavailable(f"the vLLM engine failed to start for {settings.model!r}: "
-                                f"{type(exc).__name__}: {exc}") from None
-    finally:
-        _restore_preload(preload)
-
-
-def _restore_preload(preload: str | None) -> None:
-    """vLLM's CPU platform adds torch's libgomp and its tcmalloc to this process's LD_PRELOAD for its engine
-    process (started by now); the user's tests and commands must not run with them preloaded."""
-    if preload is None:
-        os.environ.pop("LD_PRELOAD", None)
-    else:
-        os.environ["LD_PRELOAD"] = preload
+    # vLLM's CPU platform adds torch's libgomp and its tcmalloc to this process's LD_PRELOAD for its engine process,
+    # from the config step on; the user's tests and commands must not run with them preloaded.
+    with kept_environment("LD_PRELOAD"):
+        try:  # the model's config first: only what fails here is about the model itself
+            config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
+        except (OSError, ValueError) as exc:
+            raise EngineUnavailable(f"vLLM could not load model {settings.model!r}; pass a local model directory "
+                                    f"or a Hugging Face name that is cached or downloadable ({exc})") from None
+        try:
+            llm = AsyncLLM.from_vllm_config(config, stat_loggers=[_load_logger(load)], disable_log_stats=True)
+        except (OSError, ValueError, RuntimeError) as exc:  # starting its processes, loading the weights
+            raise EngineUnavailable(f"the vLLM engine failed to start for {settings.model!r}: "
+                                    f"{type(exc).__name__}: {exc}") from None
+    llm.tao_load = load
+    return llm
 
 
 def _engine_error(exc: Exception, request_id: str) -> EngineError:
