@@ -16,7 +16,6 @@ import os
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 
 if multiprocessing.current_process().name != "MainProcess":
@@ -31,7 +30,7 @@ if multiprocessing.current_process().name != "MainProcess":
 from harness.approval import ApprovalPolicy, load_policy
 from harness.engine.factory import ENGINES, EngineOptions, open_engine
 from harness.errors import EngineUnavailable, TaoError, UsageError
-from harness.events import Event, LLMEnd, SessionEnd, SessionStart, TrajectoryWriter, TurnEnd, UserMessage
+from harness.events import Event, LLMEnd, SessionEnd, TrajectoryWriter, TurnEnd, UserMessage, never_started
 from harness.history import LAST, choose_session, load_saved, new_trajectory, rebuild, unanswered
 from harness.log import HumanLog, counted
 from harness.saved import PICK
@@ -185,12 +184,9 @@ def failed_start(task: str, repo: Path, args: argparse.Namespace, status: str, r
         return
     engine = {"openai": f"openai:{args.base_url}", "replay": f"replay:{args.replay and args.replay.name}"}.get(
         args.engine, f"vllm:{args.model or 'embedded'}")
-    start = SessionStart(0.0, uuid.uuid4().hex[:12], task, str(repo.resolve()), engine,
-                         sorted(tool.name for tool in default_tools(test_command=args.test_command)),
-                         {"max_steps": args.max_steps, "max_seconds": args.max_time,
-                          "speculation": not args.no_speculation},
-                         datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    for event in (start, SessionEnd(0.0, status, reason, "", 0, "", 0)):
+    tools = sorted(tool.name for tool in default_tools(test_command=args.test_command))
+    config = {"max_steps": args.max_steps, "max_seconds": args.max_time, "speculation": not args.no_speculation}
+    for event in never_started(task, str(repo.resolve()), engine, tools, config, status, reason):
         print(event.to_json(), flush=True)
 
 

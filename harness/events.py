@@ -15,8 +15,10 @@ import math
 import os
 import types
 import typing
+import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
@@ -150,6 +152,15 @@ class SessionEnd(Event):
     submission: str = ""  # `git diff` of the workspace against HEAD, untracked files included
     output_tokens: int = 0
 
+
+
+def never_started(task: str, repo: str, engine: str, tools: list[str], config: dict[str, Any], status: str,
+                  reason: str) -> tuple[SessionStart, SessionEnd]:
+    """The session_start and session_end of a session whose engine never opened: the --json stream and the TUI's
+    saved task keep it as any session, its session_end last."""
+    start = SessionStart(0.0, uuid.uuid4().hex[:12], task, repo, engine, tools, config,
+                         datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    return start, SessionEnd(0.0, status, reason)
 
 @dataclass
 class LLMDelta(Event):

@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +26,10 @@ from harness.engine.base import engine_load
 from harness.engine.factory import EngineOptions, open_engine
 from harness.errors import UsageError
 from harness.engine.model import MODEL_NAME
-from harness.events import EventDecodeError, SessionEnd, SessionStart, TrajectoryWriter, read_trajectory
+from harness.events import SessionStart, TrajectoryWriter, never_started
 from harness.history import (choose_session, last_session, load_saved, new_trajectory, saved_sessions,
                              session_repo)
+from harness.saved import summarize
 from harness.session import EventSink, Session, SessionConfig
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
@@ -172,12 +171,11 @@ def record_failed_start(options: SessionOptions, task: str, reason: str, status:
     tools = sorted(tool.name for tool in default_tools(test_command=options.test_command))
     config = {"max_steps": options.config.max_steps, "max_seconds": options.config.max_seconds,
               "speculation": options.speculation}
+    why = reason if status != "error" else f"the engine failed to start: {reason}"
     writer = TrajectoryWriter(path)
     try:
-        writer.write(SessionStart(0.0, uuid.uuid4().hex[:12], task, str(options.repo),
-                                  describe_engine(options.engine), tools, config,
-                                  datetime.now(timezone.utc).isoformat(timespec="seconds")))
-        writer.write(SessionEnd(0.0, status, reason if status != "error" else f"the engine failed to start: {reason}"))
+        for event in never_started(task, str(options.repo), describe_engine(options.engine), tools, config, status, why):
+            writer.write(event)
     finally:
         writer.close()
     return path
@@ -186,10 +184,5 @@ def record_failed_start(options: SessionOptions, task: str, reason: str, status:
 def killed_session(trajectories: Path, repo: Path) -> Path | None:
     """The last session of `repo` when it ended without a session_end (tao was killed or crashed), else None."""
     path = last_session(trajectories, repo)
-    if path is None:
-        return None
-    try:
-        events = read_trajectory(path)
-    except (OSError, EventDecodeError):
-        return None
-    return path if events and not isinstance(events[-1], SessionEnd) else None
+    summary = summarize(path) if path is not None else None
+    return path if summary is not None and summary[1].ended == "killed" else None
