@@ -409,6 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness import cli_engine, cli_sandbox, cli_traces
     from harness.bench import cosched as bench_cosched
     from harness.bench import fidelity as bench_fidelity
+    from harness.bench import first_call as bench_first_call
     from harness.bench import fuzz_streams as bench_fuzz_streams
     from harness.bench import fuzz_traces as bench_fuzz_traces
     from harness.bench import live as bench_live
@@ -428,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench_live.register(bench_sub)
     bench_cosched.register(bench_sub)
     bench_fidelity.register(bench_sub)
+    bench_first_call.register(bench_sub)
     bench_fuzz_streams.register(bench_sub)
     bench_fuzz_traces.register(bench_sub)
     bench_replay.register(bench_sub)

@@ -23,6 +23,10 @@ def git(cwd: Path, *args: str) -> str:
                           capture_output=True, text=True).stdout
 
 
+ENGINE_NOISE = ("Triton", "FutureWarning", "NUMA", "UserWarning", "Warning:", "Loading safetensors", "leaked")
+"""Words of the libraries' warnings under vLLM, none of which may reach a user's terminal."""
+
+
 def make_calc_repo(parent: Path) -> Path:
     """A committed copy of examples/calc (its failing test included) in a fresh git repository."""
     repo = parent / "calc"

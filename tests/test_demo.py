@@ -14,7 +14,7 @@ import pexpect
 import pytest
 
 from harness.events import SpecDiscard, SpecPromote, ToolResult, read_trajectory
-from tests.helpers import ROOT
+from tests.helpers import ENGINE_NOISE, ROOT
 from tests.test_tui_pty import TAO, screen_text
 
 CLOSING = ('`tao` in your own repository', '`tao run "TASK"`', "`tao --model DIR`",
@@ -62,6 +62,7 @@ def test_the_demo_fixes_the_example_on_the_real_engine(tmp_path: Path, embedded_
     assert "<- result from speculation" in log and "discarded:" in log  # promoted and discarded, as they happen
     assert "Tests: failing at step 1 -> passing at step 5." in log
     assert all(hint in log for hint in CLOSING), log
+    assert [line for line in log.splitlines() if any(word in line for word in ENGINE_NOISE)] == []
     repo = demo_repo(log)
     assert suite_passes(repo) and "return a + b" in (repo / "calc" / "ops.py").read_text()
     events = trajectory(tmp_path)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import multiprocessing
+import os
 import shutil
 import tempfile
 import uuid
@@ -223,3 +225,30 @@ async def test_commands_do_not_inherit_the_libraries_vllm_preloads_for_itself(vl
     result = await Workspace(tmp_path).run(["sh", "-c", 'echo "preload=${LD_PRELOAD-}"'], timeout=60)
     assert result.exit_code == 0, result.text
     assert "libgomp" not in result.text and "tcmalloc" not in result.text, result.text
+
+
+
+def children(pid: int) -> dict[int, str]:
+    """The processes whose parent is `pid`, by their command name."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # the process ended meanwhile
+            continue
+        name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+        if int(fields[1]) == pid:
+            found[int(stat.parent.name)] = name
+    return found
+
+
+async def test_the_engine_core_is_forked_and_its_model_worker_bound_to_its_cores(vllm_engine) -> None:
+    """The engine core is a copy of this process, so it does not import vLLM a second time; the model worker is
+    a new interpreter, which takes the OpenMP thread binding vLLM's CPU platform gives it (a forked worker would
+    keep every core of this process and, under load, decode several times slower)."""
+    [core] = [process for process in multiprocessing.active_children() if process.name.startswith("EngineCore")]
+    assert core._start_method == "fork"
+    [worker] = [pid for pid, name in children(core.pid).items() if name.startswith("VLLM::Worker")]
+    ours = os.sched_getaffinity(0)
+    if len(ours) > 1:  # vLLM keeps a core for the engine core's scheduling
+        assert os.sched_getaffinity(worker) < ours

@@ -154,4 +154,5 @@ def test_only_a_failure_about_the_model_is_reported_as_a_bad_model(tmp_path: Pat
                                                                   "VLLM_CPU_KVCACHE_SPACE": "1"})
     bad_model, no_fd = out.stdout.splitlines()[:2]
     assert "could not load model" in bad_model and str(broken) in bad_model
-    assert "failed to start" in no_fd and "fds_to_keep" in no_fd and "could not load model" not in no_fd
+    # The engine core is forked from this process and fails there; its own output says why ("fds_to_keep").
+    assert "failed to start" in no_fd and "could not load model" not in no_fd

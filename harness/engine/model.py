@@ -89,8 +89,18 @@ def _publish(temp: Path, target: Path) -> None:
             raise
 
 
+_CONVERTED_HERE = False
+
+
+def converted_in_this_process() -> bool:
+    """Whether this process converted the model, running torch's parallel kernels (then it must not fork vLLM)."""
+    return _CONVERTED_HERE
+
+
 def _convert(source: Path, out: Path) -> None:
     """Dequantize the GGUF with transformers and save a bf16 HF directory (tokenizer included)."""
+    global _CONVERTED_HERE
+    _CONVERTED_HERE = True
     try:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
