@@ -171,8 +171,12 @@ def config_paths(repo: Path) -> tuple[Path, Path]:
     return base / "tao" / "config.toml", repo / ".tao.toml"
 
 
-def load_policy(repo: Path, yolo: bool = False) -> ApprovalPolicy:
-    """The policy from the config files (user first, then the repository's, which may only tighten it), and `--yolo`."""
+def load_policy(repo: Path, yolo: bool = False, mode: str | None = None) -> ApprovalPolicy:
+    """The policy from the config files (user first, then the repository's, which may only tighten it); the command
+    line's `--mode` or `--yolo` then sets the mode, as the user asked for this run."""
+    if mode is not None and mode not in (*MODES, *ALIASES):
+        raise UsageError(f"--mode takes one of {', '.join(MODES)} (got {mode!r})")
+    chosen = mode
     user, project = config_paths(repo)
     policy = ApprovalPolicy()
     for path, trusted in ((user, True), (project, False)):
@@ -187,7 +191,7 @@ def load_policy(repo: Path, yolo: bool = False) -> ApprovalPolicy:
             mode = mode if _looseness(mode) < _looseness(policy.mode) else policy.mode
             headless = "deny" if "deny" in (headless, policy.headless) else "allow"
         policy = replace(policy, mode=mode, headless=headless, allow=policy.allow + tuple(str(item) for item in allow))
-    return replace(policy, mode="yolo") if yolo else policy
+    return replace(policy, mode="yolo" if yolo else chosen or policy.mode)
 
 
 def _looseness(mode: str) -> int:

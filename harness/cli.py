@@ -27,7 +27,7 @@ if multiprocessing.current_process().name != "MainProcess":
     quiet_libraries()
     quiet_interrupt()
 
-from harness.approval import ApprovalPolicy, load_policy
+from harness.approval import MODES, ApprovalPolicy, load_policy
 from harness.engine.factory import ENGINES, EngineOptions, open_engine
 from harness.errors import EngineUnavailable, TaoError, UsageError
 from harness.events import Event, LLMEnd, SessionEnd, TrajectoryWriter, TurnEnd, UserMessage, never_started
@@ -78,8 +78,12 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
 def add_session_flags(parser: argparse.ArgumentParser, quiet: bool = False) -> None:
     parser.add_argument("--headless", action="store_true",
                         help="no TUI: a human log on stderr (the default when not on a terminal)")
-    parser.add_argument("--yolo", action="store_true",
-                        help="run every shell command without asking (approvals: ~/.config/tao/config.toml, .tao.toml)")
+    approvals = parser.add_mutually_exclusive_group()
+    approvals.add_argument("--mode", choices=list(MODES),
+                           help="approvals for this run: read-only (nothing changes), ask (commands and edits ask; "
+                                "the default), auto-edit (edits run, commands ask), full-auto (nothing asks); "
+                                "default from ~/.config/tao/config.toml and .tao.toml")
+    approvals.add_argument("--yolo", action="store_true", help="the same as --mode full-auto")
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print one JSON event per line on stdout")
     if quiet:
@@ -156,7 +160,7 @@ async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Pa
         tools = default_tools(test_command=args.test_command)
         session = (Session if events is None else Continued)(
             task, engine, workspace, tools, config, sinks, analyzer=analyzer, warm=not args.no_warm,
-            provisional=args.provisional, approval=approval or load_policy(repo, yolo=args.yolo))
+            provisional=args.provisional, approval=approval or load_policy(repo, args.yolo, args.mode))
         if events is not None:
             replay_the_rest(engine, events)
             session.restore(events)

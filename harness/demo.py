@@ -78,10 +78,11 @@ def answers(args: argparse.Namespace) -> str:
             f"{model}; the tools, the speculation and the timing are real.")
 
 
-def demo_policy(repo: Path, yolo: bool) -> ApprovalPolicy:
-    """The user's approval policy, loosened to auto-edit for the demo's throwaway copy (--yolo still means full-auto)."""
-    policy = load_policy(repo, yolo=yolo)
-    return policy if yolo else ApprovalPolicy(APPROVAL_MODE, policy.allow, policy.headless)
+def demo_policy(repo: Path, yolo: bool, mode: str | None = None) -> ApprovalPolicy:
+    """The user's approval policy, loosened to auto-edit for the demo's throwaway copy (unless --mode or --yolo
+    says otherwise)."""
+    policy = load_policy(repo, yolo, mode)
+    return policy if yolo or mode else ApprovalPolicy(APPROVAL_MODE, policy.allow, policy.headless)
 
 
 @dataclass
@@ -142,7 +143,7 @@ def run_headless(args: argparse.Namespace, plan: DemoPlan) -> int:
         log(event)
 
     end = asyncio.run(run_session(plan.task, plan.repo, args, log=sink,
-                                  approval=demo_policy(plan.repo, args.yolo)))
+                                  approval=demo_policy(plan.repo, args.yolo, args.mode)))
     changed = counted(len([line for line in end.submission.splitlines() if line.startswith("+++ ")]), "file")
     print(f"\nThe demo {end.status} after {counted(end.steps, 'step')}; {changed} changed.", file=sys.stderr)
     for line in (*recap.lines(), plan.answers, *CLOSING):

@@ -59,7 +59,7 @@ class SessionOptions:
         from harness.cli import engine_options
 
         config = SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time, max_tokens=args.max_tokens)
-        return cls(repo, engine_options(args), config, load_policy(repo, yolo=args.yolo),
+        return cls(repo, engine_options(args), config, load_policy(repo, args.yolo, args.mode),
                    not args.no_speculation, args.patterns, not args.no_warm, args.provisional,
                    args.test_command, args.trajectory)
 

@@ -173,3 +173,15 @@ async def test_edits_ask_and_a_denial_reaches_the_model_and_the_trajectory(tmp_p
     [result] = [e for e in events if isinstance(e, ToolResult)]
     assert result.is_error and result.output.endswith("They said: keep the subtraction")
     assert (repo / "calc" / "ops.py").read_text() == before
+
+
+def test_the_command_line_mode_overrides_the_config_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".tao.toml").write_text('[approvals]\nmode = "read-only"\nallow = ["tox"]\n')
+    policy = load_policy(repo, mode="auto-edit")  # the user's own choice for this run
+    assert policy.mode == "auto-edit" and "tox" in policy.allow
+    assert load_policy(repo, yolo=True, mode="ask").mode == "yolo"
+    with pytest.raises(UsageError, match="--mode takes one of read-only, ask"):
+        load_policy(repo, mode="sometimes")

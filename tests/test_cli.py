@@ -167,3 +167,22 @@ def test_quiet_prints_only_the_final_answer(tmp_path: Path) -> None:
     assert "step limit of 1" in limited.stderr
     both = tao(*replay, "--quiet", "--json", "--repo", str(tmp_path), state=tmp_path)
     assert both.returncode == 2 and "not allowed with argument" in both.stderr and both.stdout == ""
+
+
+def test_the_approval_mode_is_chosen_on_the_command_line(tmp_path: Path) -> None:
+    """`--mode read-only` refuses the scripted edit, whatever the config files say; `--mode` and `--yolo` conflict."""
+    repo = make_calc_repo(tmp_path)
+    (repo / ".tao.toml").write_text('[approvals]\nmode = "auto-edit"\n')  # a repository file may only tighten
+    config = tmp_path / "config" / "tao" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('[approvals]\nmode = "full-auto"\n')
+    trajectory = tmp_path / "run.jsonl"
+    result = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--headless", "--mode", "read-only",
+                             "--engine", "replay", "--replay", str(EXAMPLES / "calc.replay.json"), "--repo", str(repo),
+                             "--trajectory", str(trajectory)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "XDG_STATE_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    [edit] = [e for e in read_trajectory(trajectory) if e.type == "approval"]  # only the edit needs one
+    assert (edit.decision, edit.by) == ("deny", "read-only"), result.stderr
+    assert "return a - b" in (repo / "calc" / "ops.py").read_text()
+    both = tao("run", "task", "--mode", "ask", "--yolo", "--engine", "replay", "--replay", "x.json", state=tmp_path)
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr

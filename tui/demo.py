@@ -80,7 +80,7 @@ def main(args: argparse.Namespace, plan: DemoPlan) -> int:
     from harness.cli import state_dir
 
     options = SessionOptions.from_args(args, plan.repo.resolve())
-    options = replace(options, approvals=demo_policy(plan.repo, args.yolo))
+    options = replace(options, approvals=demo_policy(plan.repo, args.yolo, args.mode))
     started = time.monotonic()
     if args.screenshot is not None:
         args.screenshot.parent.mkdir(parents=True, exist_ok=True)
