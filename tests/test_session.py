@@ -71,7 +71,7 @@ async def test_format_errors_and_unknown_tools_are_told_to_the_model(tmp_path: P
 async def test_running_out_of_recorded_turns_is_an_engine_error(tmp_path: Path) -> None:
     repo = make_calc_repo(tmp_path)
     end, _ = await run(repo, ['<tool_call>{"name": "list_files", "arguments": {}}</tool_call>'])
-    assert end.status == "error" and "all were replayed" in end.reason
+    assert end.status == "error" and "all were replayed" in end.reason and "without --replay" in end.reason
 
 
 async def test_wall_time_limit(tmp_path: Path) -> None:

@@ -96,6 +96,10 @@ def _turn(source: Path, index: int, item: Any) -> Turn:
     return Turn(text, calls)
 
 
+PAST_THE_RECORDING = ("A replayed session cannot go past its recording: to go on with a model that answers, resume "
+                      "its trajectory without --replay (`tao --resume FILE` on the embedded model, or with "
+                      "--engine openai --base-url URL).")
+
 class ReplayEngine:
     """Answers each request with the next recorded turn, one token-sized piece at a time.
 
@@ -117,7 +121,7 @@ class ReplayEngine:
         if self._next >= len(self.recording.turns):
             raise ReplayExhausted(
                 f"the recording has {len(self.recording.turns)} turns and all were replayed; "
-                "the session asked for one more"
+                f"the session asked for one more. {PAST_THE_RECORDING}"
             )
         prompt_tokens = sum(len(str(m.get("content") or "")) for m in request.messages) // 4
         if self.max_model_len is not None and prompt_tokens >= self.max_model_len:
@@ -173,7 +177,8 @@ class ForcedReplayEngine:
         if request.max_tokens > 1:
             index = sum(1 for message in request.messages if message.get("role") == "assistant")
             if index >= len(self.recording.turns):
-                raise ReplayExhausted(f"the recording has {len(self.recording.turns)} turns; step {index + 1} has none")
+                raise ReplayExhausted(f"the recording has {len(self.recording.turns)} turns; step {index + 1} has none. "
+                                      f"{PAST_THE_RECORDING}")
             text = self.recording.turns[index].text
             request = replace(request, force=text, max_tokens=max(request.max_tokens, len(text) + 8))
         async for chunk in self.inner.stream(request):
