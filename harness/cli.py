@@ -417,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.bench import fuzz_streams as bench_fuzz_streams
     from harness.bench import fuzz_traces as bench_fuzz_traces
     from harness.bench import live as bench_live
-    from harness.bench import replay as bench_replay
+    from harness.bench import replay_cli as bench_replay
     from harness.bench import sandbox as bench_sandbox
     from harness.bench import warmdelay as bench_warmdelay
 

@@ -154,16 +154,3 @@ def run(train_dir: Path, test_dir: Path, tpots_ms: list[float], sessions: int = 
 
 def _label(tpot: float) -> str:
     return f"{tpot:g}"
-
-
-def register(bench_subparsers: Any) -> None:
-    """Add `replay` to `tao bench`."""
-    from harness.bench.replay_cli import add_arguments, cmd_replay
-
-    parser = bench_subparsers.add_parser(
-        "replay", help="real trajectories on a timeline: serial, Tao, each mechanism alone, the oracle",
-        description="Replay held-out trajectories step by step without looking ahead and report how much "
-                    "sooner each finishes with Tao than with a serial loop, against the oracle bound and "
-                    "each speculation mechanism alone, at each time per output token.")
-    add_arguments(parser)
-    parser.set_defaults(func=cmd_replay)

@@ -134,3 +134,14 @@ def plot(result: dict[str, Any], path: Path) -> str | None:
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return None
+
+
+def register(bench_subparsers: Any) -> None:
+    """Add `replay` to `tao bench`."""
+    parser = bench_subparsers.add_parser(
+        "replay", help="real trajectories on a timeline: serial, Tao, each mechanism alone, the oracle",
+        description="Replay held-out trajectories step by step without looking ahead and report how much "
+                    "sooner each finishes with Tao than with a serial loop, against the oracle bound and "
+                    "each speculation mechanism alone, at each time per output token.")
+    add_arguments(parser)
+    parser.set_defaults(func=cmd_replay)
