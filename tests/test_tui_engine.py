@@ -149,10 +149,11 @@ def test_only_a_failure_about_the_model_is_reported_as_a_bad_model(tmp_path: Pat
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "config.json").write_text("{not json")
+    # The user's VLLM_WORKER_MULTIPROC_METHOD=spawn keeps vLLM's own way (Tao otherwise forks the engine core):
+    # the spawn then fails in this process, on the stand-in's file descriptor, and the message says so.
     out = subprocess.run([sys.executable, "-c", START, str(broken), str(embedded_model)], capture_output=True,
-                         text=True, cwd=ROOT, timeout=600, env={**os.environ,
-                                                                  "VLLM_CPU_KVCACHE_SPACE": "1"})
+                         text=True, cwd=ROOT, timeout=600, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1",
+                                                                  "VLLM_WORKER_MULTIPROC_METHOD": "spawn"})
     bad_model, no_fd = out.stdout.splitlines()[:2]
     assert "could not load model" in bad_model and str(broken) in bad_model
-    # The engine core is forked from this process and fails there; its own output says why ("fds_to_keep").
-    assert "failed to start" in no_fd and "could not load model" not in no_fd
+    assert "failed to start" in no_fd and "fds_to_keep" in no_fd and "could not load model" not in no_fd

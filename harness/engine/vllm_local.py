@@ -297,6 +297,7 @@ def _build_llm(settings: VLLMSettings) -> Any:
     except ImportError as exc:
         raise EngineUnavailable(f"vLLM is not installed ({exc}); run `{INSTALL_VLLM}`") from None
     on_cpu = current_platform.is_cpu()
+    asked = os.environ.get(START_METHOD)  # the user's own choice, before vLLM's config step sets it
     args = AsyncEngineArgs(
         model=settings.model, tokenizer=settings.model, max_model_len=settings.max_model_len,
         enable_prefix_caching=True, scheduling_policy="priority", disable_log_stats=True,
@@ -317,7 +318,7 @@ def _build_llm(settings: VLLMSettings) -> Any:
             raise EngineUnavailable(f"vLLM could not load model {settings.model!r}; pass a local model directory "
                                     f"or a Hugging Face name that is cached or downloadable ({exc})") from None
         try:
-            if on_cpu and not converted_in_this_process():
+            if on_cpu and asked is None and not converted_in_this_process():
                 _fork_engine_core()
             llm = AsyncLLM.from_vllm_config(config, stat_loggers=[_load_logger(load)], disable_log_stats=True)
         except (OSError, ValueError, RuntimeError) as exc:  # starting its processes, loading the weights
@@ -333,7 +334,8 @@ def _fork_engine_core() -> None:
 
     vLLM's CPU platform asks for spawn because its model worker must read its OpenMP thread binding from the
     environment before torch loads: the engine core, once forked, spawns that worker as before. A fork is safe
-    while this process has run no OpenMP parallel region (converting the model does; then the core spawns)."""
+    while this process has run no OpenMP parallel region (converting the model does; then the core spawns).
+    VLLM_WORKER_MULTIPROC_METHOD set in the user's environment keeps vLLM's own way."""
     global _WORKER_SPAWNS_AFTER_FORK
     os.environ[START_METHOD] = "fork"
     if not _WORKER_SPAWNS_AFTER_FORK:
