@@ -30,7 +30,7 @@ from harness.approval import Answer
 from harness.engine.factory import open_engine
 from harness.errors import TaoError, UsageError
 from harness.events import Event, SessionEnd, read_trajectory
-from harness.history import choose_session, load_saved
+from harness.history import LAST, choose_session, load_saved
 from harness.interactive import (LiveSession, SessionOptions, describe_engine, engine_status, killed_session,
                                  last_trajectory, open_session, record_failed_start)
 from harness.saved import PICK, SavedSession, repository_sessions
@@ -415,7 +415,7 @@ def resolve_resume(resume: str | None, repo: Path) -> Path | None:
     repository if any)."""
     if resume is None or resume == PICK:
         return None
-    if resume != "last":
+    if resume != LAST:
         path = Path(resume).expanduser()
         if not path.is_file():
             raise UsageError(f"--resume {path}: no such trajectory file")
