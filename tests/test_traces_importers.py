@@ -116,6 +116,7 @@ def test_mini_swe_agent_2_format_errors_and_calls_left_unanswered(tmp_path: Path
     assert sum("a command without an observation" in line for line in report.skipped) == 2
 
 
+@needs_shared
 def test_swe_agent_commands_map_to_tao_tools() -> None:
     path = SWE / ("replay__marshmallow-code__marshmallow-1867__function_calling__install-1"
                   "__marshmallow-code__marshmallow-1867.traj")
