@@ -47,6 +47,16 @@ class DemoPlan:
     approvals: str  # one sentence: what runs without asking, and why that is safe here
 
 
+def fresh_example(parent: Path) -> Path:
+    """A committed copy of examples/calc (without its ISSUE.md) in a new git repository `parent`/calc."""
+    repo = parent / "calc"
+    shutil.copytree(EXAMPLES / "calc", repo, ignore=shutil.ignore_patterns("ISSUE.md", "__pycache__"))
+    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=tao", "-c", "user.email=tao@localhost", "commit", "-qm", "demo"]):
+        subprocess.run(cmd, cwd=repo, check=True)
+    return repo
+
+
 def prepare(args: argparse.Namespace) -> DemoPlan:
     """Copy the example to a fresh git repository and choose the answers (sets `args.replay` to the script)."""
     source = EXAMPLES / "calc"
@@ -54,11 +64,7 @@ def prepare(args: argparse.Namespace) -> DemoPlan:
         raise UsageError(f"the demo example is missing ({source}); run tao demo from a source checkout")
     if args.engine in ("vllm", "replay") and args.replay is None:
         args.replay = SCRIPT
-    repo = Path(tempfile.mkdtemp(prefix="tao-demo-")) / "calc"
-    shutil.copytree(source, repo, ignore=shutil.ignore_patterns("ISSUE.md", "__pycache__"))
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"],
-                ["git", "-c", "user.name=tao", "-c", "user.email=tao@localhost", "commit", "-qm", "demo"]):
-        subprocess.run(cmd, cwd=repo, check=True)
+    repo = fresh_example(Path(tempfile.mkdtemp(prefix="tao-demo-")))
     approvals = (f"Approval mode {APPROVAL_MODE}: the edit runs without asking (this is a throwaway copy); "
                  "a shell command would still ask.")
     return DemoPlan(repo, (source / "ISSUE.md").read_text(encoding="utf-8"), answers(args), approvals)

@@ -6,23 +6,18 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 from pathlib import Path
 
 import pexpect
 import pytest
 
+from harness.bench.first_call import screen_text
 from harness.engine.model import MODEL_NAME
 from harness.events import read_trajectory
 from tests.helpers import ROOT, make_calc_repo
 from tests.test_tui_support import TASK, TURNS
 
 TAO = ROOT / ".venv" / "bin" / "tao"
-
-
-def screen_text(raw: str) -> str:
-    """What was written to the terminal, without escape sequences (enough to find words on the screen)."""
-    return re.sub(r"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[\]P_^].*?(?:\x07|\x1b\\)|\x1b.", "", raw)
 
 
 def test_tao_in_a_terminal_runs_a_typed_task(tmp_path: Path) -> None:

@@ -12,8 +12,6 @@ import argparse
 import json
 import os
 import re
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,21 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import emit, machine, run_module
+from harness.demo import SCRIPT, fresh_example
 from harness.errors import UsageError
 
-EXAMPLES = Path(__file__).resolve().parent.parent.parent / "examples"
-TASK = json.loads((EXAMPLES / "calc.replay.json").read_text())["task"]
+TASK = json.loads(SCRIPT.read_text())["task"]
 MOMENTS = ("frame", "ready", "first_token", "first_call")
 
 
-def fresh_repo(parent: Path) -> Path:
-    """A committed copy of examples/calc in a new git repository."""
-    repo = parent / "calc"
-    shutil.copytree(EXAMPLES / "calc", repo, ignore=shutil.ignore_patterns("__pycache__"))
-    for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=tao", "-c", "user.email=tao@localhost",
-                                                     "commit", "-qm", "initial"]):
-        subprocess.run(["git", *command], cwd=repo, check=True, capture_output=True)
-    return repo
+def screen_text(raw: str) -> str:
+    """What was written to a terminal, without escape sequences (enough to find words on the screen)."""
+    return re.sub(r"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[\]P_^].*?(?:\x07|\x1b\\)|\x1b.", "", raw)
 
 
 def first_events(trajectories: Path) -> dict[str, float]:
@@ -60,7 +53,7 @@ def one_run(tao_args: list[str], timeout: float) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory(prefix="tao-first-call-") as temp:
         home = Path(temp)
-        repo = fresh_repo(home)
+        repo = fresh_example(home)
         env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "150", "LINES": "45",
                "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_HOME": str(home / "config")}
         env.pop("TEXTUAL", None)
@@ -87,7 +80,7 @@ def one_run(tao_args: list[str], timeout: float) -> dict[str, Any]:
             child.send("\x11")  # Ctrl+Q
             child.expect(pexpect.EOF, timeout=60)
         except (pexpect.TIMEOUT, pexpect.EOF) as exc:
-            shown = re.sub(r"\x1b\[[0-9;?<>=]*[ -/]*[@-~]|\x1b[\]P_^].*?(?:\x07|\x1b\\)|\x1b.", "", child.before or "")
+            shown = screen_text(child.before or "")
             raise RuntimeError(f"`tao` stopped answering after {time.monotonic() - started:.0f} s "
                                f"({type(exc).__name__}); the last words on its screen: {' '.join(shown.split())[-400:]}"
                                ) from None
