@@ -176,22 +176,22 @@ def load_policy(repo: Path, yolo: bool = False, mode: str | None = None) -> Appr
     line's `--mode` or `--yolo` then sets the mode, as the user asked for this run."""
     if mode is not None and mode not in (*MODES, *ALIASES):
         raise UsageError(f"--mode takes one of {', '.join(MODES)} (got {mode!r})")
-    chosen = mode
     user, project = config_paths(repo)
     policy = ApprovalPolicy()
     for path, trusted in ((user, True), (project, False)):
         section = _read(path).get("approvals", {})
-        mode = section.get("mode", policy.mode)
+        configured = section.get("mode", policy.mode)
         headless = section.get("headless", policy.headless)
         allow = section.get("allow", [])
-        if mode not in (*MODES, *ALIASES) or headless not in ("allow", "deny") or not isinstance(allow, list):
+        if configured not in (*MODES, *ALIASES) or headless not in ("allow", "deny") or not isinstance(allow, list):
             raise UsageError(f"{path}: [approvals] takes mode = \"read-only\"|\"ask\"|\"auto-edit\"|\"full-auto\", "
                              "headless = \"allow\"|\"deny\" and allow = [\"command prefix\", ...]")
         if not trusted:  # a repository's own file may not loosen what the user set
-            mode = mode if _looseness(mode) < _looseness(policy.mode) else policy.mode
+            configured = configured if _looseness(configured) < _looseness(policy.mode) else policy.mode
             headless = "deny" if "deny" in (headless, policy.headless) else "allow"
-        policy = replace(policy, mode=mode, headless=headless, allow=policy.allow + tuple(str(item) for item in allow))
-    return replace(policy, mode="yolo" if yolo else chosen or policy.mode)
+        policy = replace(policy, mode=configured, headless=headless,
+                         allow=policy.allow + tuple(str(item) for item in allow))
+    return replace(policy, mode="yolo" if yolo else mode or policy.mode)
 
 
 def _looseness(mode: str) -> int:

@@ -1,6 +1,6 @@
 """`tao run --headless` on the real vLLM engine, as a user runs it: a Ctrl-C that says what it does, and a quiet
-stderr (a run to its end is checked quiet by tests/test_demo.py). The recorded answers of examples/calc.replay.json are forced through the engine (`--replay` with the
-default engine), so a run is real and short."""
+stderr (a run to its end is checked quiet by tests/test_demo.py). The recorded answers of examples/calc.replay.json
+are forced through the engine (`--replay` with the default engine), so a run is real and short."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from harness.events import SessionEnd, read_trajectory
 from tests.helpers import ENGINE_NOISE, EXAMPLES, ROOT, make_calc_repo
 
 pytestmark = pytest.mark.engine
+
 
 def start(tmp_path: Path, *flags: str) -> tuple[subprocess.Popen[str], Path]:
     """`tao run --headless` on the embedded engine in a fresh calc repository, in a process group of its own

@@ -227,7 +227,6 @@ async def test_commands_do_not_inherit_the_libraries_vllm_preloads_for_itself(vl
     assert "libgomp" not in result.text and "tcmalloc" not in result.text, result.text
 
 
-
 def children(pid: int) -> dict[int, str]:
     """The processes whose parent is `pid`, by their command name."""
     found = {}

@@ -100,6 +100,7 @@ PAST_THE_RECORDING = ("A replayed session cannot go past its recording: to go on
                       "its trajectory without --replay (`tao --resume FILE` on the embedded model, or with "
                       "--engine openai --base-url URL).")
 
+
 class ReplayEngine:
     """Answers each request with the next recorded turn, one token-sized piece at a time.
 
@@ -177,8 +178,8 @@ class ForcedReplayEngine:
         if request.max_tokens > 1:
             index = sum(1 for message in request.messages if message.get("role") == "assistant")
             if index >= len(self.recording.turns):
-                raise ReplayExhausted(f"the recording has {len(self.recording.turns)} turns; step {index + 1} has none. "
-                                      f"{PAST_THE_RECORDING}")
+                raise ReplayExhausted(f"the recording has {len(self.recording.turns)} turns; step {index + 1} has "
+                                      f"none. {PAST_THE_RECORDING}")
             text = self.recording.turns[index].text
             request = replace(request, force=text, max_tokens=max(request.max_tokens, len(text) + 8))
         async for chunk in self.inner.stream(request):

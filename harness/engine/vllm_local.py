@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import reprlib
@@ -37,8 +38,6 @@ FORCE_KEY = "tao_forced_ids"
 """The SamplingParams.extra_args key holding the token ids a forced answer must take, in order."""
 START_METHOD = "VLLM_WORKER_MULTIPROC_METHOD"
 """How vLLM starts its processes: "spawn" (a new interpreter) or "fork" (a copy of the one starting it)."""
-_WORKER_SPAWNS_AFTER_FORK = False
-"""Whether a child forked from this process has been told to spawn its own children (registered once)."""
 PROCESSOR = "harness.engine.forced:ForcedTokens"
 """The logits processor that forces them (harness.engine.forced), by name: vLLM loads it in its engine core
 process too, and naming it keeps torch out of this module's imports."""
@@ -336,11 +335,14 @@ def _fork_engine_core() -> None:
     environment before torch loads: the engine core, once forked, spawns that worker as before. A fork is safe
     while this process has run no OpenMP parallel region (converting the model does; then the core spawns).
     VLLM_WORKER_MULTIPROC_METHOD set in the user's environment keeps vLLM's own way."""
-    global _WORKER_SPAWNS_AFTER_FORK
     os.environ[START_METHOD] = "fork"
-    if not _WORKER_SPAWNS_AFTER_FORK:
-        os.register_at_fork(after_in_child=lambda: os.environ.__setitem__(START_METHOD, "spawn"))
-        _WORKER_SPAWNS_AFTER_FORK = True
+    _children_spawn_theirs()
+
+
+@functools.cache
+def _children_spawn_theirs() -> None:
+    """A child forked from this process starts its own children by spawn (registered once per process)."""
+    os.register_at_fork(after_in_child=lambda: os.environ.__setitem__(START_METHOD, "spawn"))
 
 
 def _engine_error(exc: Exception, request_id: str) -> EngineError:
