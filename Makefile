@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml
 	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside the CPU torch build.
 	$(BIN)/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 	@# The embedded model, converted once per machine (about 40 s) here rather than at the first `tao`.
-	$(BIN)/python -m harness.engine.model
+	$(BIN)/python -m harness.engine.embedded_model
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import UsageError
-from harness.speculation.shell import ShellSyntax, parse
-from harness.speculation.shellmap import readonly, strip_assignments
+from harness.calls.shellwords import ShellSyntax, parse
+from harness.calls.shellmap import readonly, strip_assignments
 from tools.base import Effect
 
 DEFAULT_ALLOW = ("pytest", "python -m pytest", "python3 -m pytest")

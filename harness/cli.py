@@ -36,7 +36,7 @@ from harness.log import HumanLog, counted
 from harness.saved import PICK
 from harness.session import EventSink, Outcome, Session, SessionConfig
 from harness.shutdown import exits_at_once, terminate_as_interrupt
-from harness.speculation.model import PatternModel, installed_model
+from harness.speculation.pattern_model import PatternModel, installed_model
 from harness.speculation.past import PAST_SECONDS, past_sessions
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
@@ -254,7 +254,7 @@ def replay_the_rest(engine: object, events: list[Event]) -> None:
     """A replayed run that is resumed goes on with the recording's next turn, not its first: the turns the saved
     session already took are skipped (as ForcedReplayEngine picks a turn by the answers so far), so the same
     --replay FILE plays a killed run to its end."""
-    from harness.engine.replay import Recording, ReplayEngine
+    from harness.engine.recorded import Recording, ReplayEngine
 
     if not isinstance(engine, ReplayEngine):
         return
@@ -304,7 +304,7 @@ def resolve_task(args: argparse.Namespace) -> str:
             raise UsageError(f"task file {path} does not exist")
         return path.read_text(encoding="utf-8")
     if not task and args.replay:
-        from harness.engine.replay import load_recording
+        from harness.engine.recorded import load_recording
 
         task = load_recording(args.replay).task
     if not task:
@@ -336,7 +336,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         raise UsageError("the demo always starts a new session on a fresh copy of the example; leave out --resume")
     plan = demo.prepare(args)
     if args.screenshot is not None or (not args.headless and not args.json and terminal_problem() is None):
-        from tui.demo import main as demo_tui
+        from tui.demo_app import main as demo_tui
 
         return demo_tui(args, plan)
     return demo.run_headless(args, plan)
@@ -417,14 +417,14 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.bench import fuzz_streams as bench_fuzz_streams
     from harness.bench import fuzz_traces as bench_fuzz_traces
     from harness.bench import live as bench_live
-    from harness.bench import replay_cli as bench_replay
+    from harness.bench.replay import command as bench_replay
     from harness.bench import sandbox as bench_sandbox
     from harness.bench import warmdelay as bench_warmdelay
 
     cli_engine.register(sub)
     cli_sandbox.register(sub)
     cli_traces.register(sub)
-    from harness.swebench import cli as cli_swebench
+    from harness.swebench import command as cli_swebench
 
     cli_swebench.register(sub)
     bench = sub.add_parser("bench", help="measure Tao on this machine (JSON and a table)")

@@ -38,7 +38,7 @@ def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from harness.engine import server
-    from harness.engine.model import EMBEDDED_MAX_MODEL_LEN, resolve_model
+    from harness.engine.embedded_model import EMBEDDED_MAX_MODEL_LEN, resolve_model
 
     if args.status or args.stop:
         state = server.read_state()

@@ -13,8 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.speculation.canonical import canonical
-from harness.speculation.model import PatternModel, default_model_path
+from harness.calls.canonical import canonical
+from harness.speculation.pattern_model import PatternModel, default_model_path
 from harness.traces import FORMATS, ImportReport, load_sessions, write_session
 
 

@@ -3,7 +3,7 @@
     plan = prepare(args)        # a fresh git copy of examples/calc; which answers, said in plain words
     run_headless(args, plan)    # the human log, speculations included, then the recap and the closing hints
 
-On a terminal the same plan opens the TUI (tui.demo). The embedded 135M model cannot fix a bug on its own,
+On a terminal the same plan opens the TUI (tui.demo_app). The embedded 135M model cannot fix a bug on its own,
 so by default the answers come from a script (examples/calc.replay.json) forced token by token through the
 real vLLM engine: the model's time, the tools, the speculation and the time it saves are all real, only the
 words are fixed. The script's calls are ordinary agent steps (run the tests, find the function, read it,
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.approval import ApprovalPolicy, load_policy
-from harness.engine.model import MODEL_NAME
+from harness.engine.embedded_model import MODEL_NAME
 from harness.errors import UsageError
 from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, ToolResult
 from harness.log import HumanLog, counted

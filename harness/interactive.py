@@ -25,7 +25,7 @@ from harness.checkpoints import CheckpointError, Checkpoints
 from harness.engine.base import engine_load
 from harness.engine.factory import EngineOptions, open_engine
 from harness.errors import UsageError
-from harness.engine.model import MODEL_NAME
+from harness.engine.embedded_model import MODEL_NAME
 from harness.events import SessionStart, TrajectoryWriter, never_started
 from harness.history import (choose_session, last_session, load_saved, new_trajectory, saved_sessions,
                              session_repo)

@@ -12,7 +12,7 @@ import pytest
 @pytest.fixture(scope="session")
 def embedded_model() -> Path:
     """The embedded model's HF directory, converted once if missing."""
-    from harness.engine.model import ensure_embedded
+    from harness.engine.embedded_model import ensure_embedded
 
     return ensure_embedded()
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.approval import Answer, ApprovalPolicy, Request, load_policy, needs_approval, request_for
-from harness.engine.replay import Recording, ReplayEngine, Turn
+from harness.engine.recorded import Recording, ReplayEngine, Turn
 from harness.errors import UsageError
 from harness.events import Approval, Event, ToolResult
 from harness.session import Session

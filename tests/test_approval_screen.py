@@ -8,7 +8,7 @@ from textual.widgets import Input
 
 from harness.approval import Answer
 from tests.test_tui_support import until
-from tui.screens.approval import WAITING, ApprovalScreen
+from tui.screens.approve import WAITING, ApprovalScreen
 
 
 class Host(App[None]):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.bench import cosched
-from harness.bench import sessions as recorded
+from harness.bench import recordings as recorded
 from harness.bench.simtools import book_path
 
 

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
-from harness.bench import embedded, live
-from harness.bench import sessions as recorded
+from harness.bench import live, live_embedded as embedded
+from harness.bench import recordings as recorded
 from harness.bench.oracle import OracleAnalyzer, turn_calls
 from harness.bench.overhead import Meter
 from harness.engine.base import LLMRequest
-from harness.engine.replay import Recording, ReplayEngine, Turn
+from harness.engine.recorded import Recording, ReplayEngine, Turn
 from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart, SpecLaunch, SpecObsSettle,
                             SpecObsWarm, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable)
 from harness.session import Session

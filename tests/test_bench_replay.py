@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from harness.bench import replay_load
-from harness.bench.replay_cli import plot
-from harness.bench.replay_policies import TAKE, plans
-from harness.bench.replay_trace import build, decide
+from harness.bench.replay import load as replay_load
+from harness.bench.replay.command import plot
+from harness.bench.replay.policies import TAKE, plans
+from harness.bench.replay.trace import build, decide
 from harness.bench.timeline import Launch, Miss, Plan, Step, simulate
 from harness.cli import main
-from harness.speculation.canonical import canonical
+from harness.calls.canonical import canonical
 from harness.speculation.patterns import Candidate
 from harness.traces.common import SessionBuilder, write_session
 

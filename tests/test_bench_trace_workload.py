@@ -12,14 +12,14 @@ import pytest
 from harness.bench import cosched_run as runner
 from harness.bench.simtools import sim_tools
 from harness.bench.trace_workload import as_tao_call, convert, trace_workload, with_call
-from harness.cosched import CoScheduler, FCFS
-from harness.engine.replay import ForcedReplayEngine
+from harness.coscheduler import CoScheduler, FCFS
+from harness.engine.recorded import ForcedReplayEngine
 from harness.engine.sim import GPU, SimEngine
 from harness.errors import UsageError
 from harness.events import Event, ToolResult
 from harness.protocol import CallParser
 from harness.session import Session, SessionConfig
-from harness.speculation.canonical import canonical
+from harness.calls.canonical import canonical
 from harness.traces import load_sessions
 from sandbox import Workspace
 from tests.helpers import ROOT, virtual

@@ -16,12 +16,12 @@ import pytest
 from harness import protocol
 from harness.context import MAX_INSTRUCTIONS_CHARS, STUB_MARK, project_instructions
 from harness.engine.base import LLMRequest
-from harness.engine.replay import ForcedReplayEngine, Recording, ReplayEngine, Turn
+from harness.engine.recorded import ForcedReplayEngine, Recording, ReplayEngine, Turn
 from harness.events import ContextCompact, Event, LLMEnd, SessionEnd, TrajectoryWriter, comparable, read_trajectory
 from harness.history import rebuild
 from harness.log import HumanLog
 from harness.session import Session
-from harness.speculation.model import PatternModel
+from harness.speculation.pattern_model import PatternModel
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
 from tests.helpers import make_calc_repo

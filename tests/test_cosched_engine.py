@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from harness.cosched import CoScheduler, Pacing, Record
+from harness.coscheduler import CoScheduler, Pacing, Record
 from harness.engine.base import Chunk, LLMRequest
 from harness.speculation.observation import WARM_PRIORITY
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.cosched import EARLY, FCFS, RECHECK, Decision, Pacing, Progress, Ticket, View
+from harness.coscheduler import EARLY, FCFS, RECHECK, Decision, Pacing, Progress, Ticket, View
 from harness.engine.base import EngineLoad
 from harness.speculation.observation import WARM_PRIORITY
 

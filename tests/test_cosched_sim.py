@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import replace
 
-from harness.cosched import FCFS, CoScheduler, Decision, Pacing, Record, View
+from harness.coscheduler import FCFS, CoScheduler, Decision, Pacing, Record, View
 from harness.engine.base import Chunk, LLMRequest
 from harness.engine.sim import SimEngine
 from harness.speculation.observation import WARM_PRIORITY

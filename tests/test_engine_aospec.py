@@ -15,10 +15,10 @@ import pytest
 
 from harness import protocol
 from harness.engine.base import Chunk, LLMRequest
-from harness.engine.replay import ForcedReplayEngine, Recording, Turn
+from harness.engine.recorded import ForcedReplayEngine, Recording, Turn
 from harness.events import Event, LLMEnd, SpecObsSettle, SpecObsWarm, comparable
 from harness.session import Session, SessionConfig
-from harness.speculation.model import PatternModel
+from harness.speculation.pattern_model import PatternModel
 from harness.speculation.observation import WARM_CHUNK_TOKENS, WARM_PRIORITY, ObservationSpeculator
 from harness.speculation.patterns import Analyzer
 from harness.speculation.scheduler import Budget

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine import model
+from harness.engine import embedded_model as model
 from harness.engine.factory import EngineOptions, open_engine
 from harness.engine.vllm_local import VLLMSettings, _build_llm
 from harness.errors import EngineUnavailable, UsageError

@@ -12,7 +12,7 @@ from harness.bench import fuzz_streams
 from harness.bench.stream_gen import StreamGen
 from harness.engine.base import LLMRequest
 from harness.engine.openai_http import OpenAIEngine
-from harness.engine.replay import load_recording
+from harness.engine.recorded import load_recording
 from harness.engine.vllm_local import _plain_message
 from harness.errors import EngineError, UsageError
 from harness.speculation.extract import ReasoningFacts, path_mentions

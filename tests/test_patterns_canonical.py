@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.speculation.action import MUTATING, PURE, SANDBOXED, changes_workspace
-from harness.speculation.canonical import canonical, canonical_bash, normalize_command
+from harness.calls.action import MUTATING, PURE, SANDBOXED, changes_workspace
+from harness.calls.canonical import canonical, canonical_bash, normalize_command
 
 
 def key(command: str, root: str = "/testbed") -> str:

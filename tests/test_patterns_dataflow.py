@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from harness.events import Event
-from harness.speculation.canonical import canonical, canonical_bash
-from harness.speculation.model import PatternModel
+from harness.calls.canonical import canonical, canonical_bash
+from harness.speculation.pattern_model import PatternModel
 from harness.speculation.patterns import Analyzer, Candidate, Partial
 from harness.traces.common import TAO_TOOLS, SessionBuilder
 

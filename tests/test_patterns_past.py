@@ -11,8 +11,8 @@ from pathlib import Path
 from harness.bench import fuzz_traces
 from harness.bench.fuzz_traces_seeds import builtin_seeds, mutate
 from harness.events import SessionStart
-from harness.speculation.canonical import canonical
-from harness.speculation.model import PatternModel
+from harness.calls.canonical import canonical
+from harness.speculation.pattern_model import PatternModel
 from harness.speculation.past import past_sessions
 from harness.speculation.patterns import Analyzer
 from harness.traces.common import Imported, write_session

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from harness.events import SessionStart
-from harness.speculation.canonical import canonical, canonical_bash
+from harness.calls.canonical import canonical, canonical_bash
 from harness.speculation.extract import ReasoningFacts, path_mentions
-from harness.speculation.model import PatternModel
+from harness.speculation.pattern_model import PatternModel
 from harness.speculation.patterns import Partial
 from harness.speculation.state import SessionState, listing_entries, split_test, tree_entries
 from tests.test_patterns_dataflow import Script, analyzer_after, candidate, find, read

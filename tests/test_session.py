@@ -9,11 +9,11 @@ import shutil
 from pathlib import Path
 
 from harness.bench.stream_gen import StreamGen, _nested
-from harness.engine.replay import ReplayEngine, Recording, Turn, load_recording
+from harness.engine.recorded import ReplayEngine, Recording, Turn, load_recording
 from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, SpecToggle, ToolCall, ToolResult,
                             TrajectoryWriter, comparable, read_trajectory)
 from harness.session import Session, SessionConfig
-from harness.speculation.model import SHIPPED_MODEL, PatternModel
+from harness.speculation.pattern_model import SHIPPED_MODEL, PatternModel
 from harness.speculation.patterns import Analyzer
 from harness.speculation.state import MAX_PARTS, SessionState
 from sandbox import Workspace

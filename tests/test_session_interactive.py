@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 
 from harness.approval import Answer, ApprovalPolicy
-from harness.engine.replay import Recording, ReplayEngine, Turn
+from harness.engine.recorded import Recording, ReplayEngine, Turn
 from harness.events import (Event, Interrupt, SessionEnd, SessionResume, ToolResult, TrajectoryWriter, TurnEnd,
                             UserMessage, read_trajectory)
 from harness.session import Session

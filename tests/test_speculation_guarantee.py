@@ -14,10 +14,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness.engine.replay import Recording, ReplayEngine, Turn, load_recording
+from harness.engine.recorded import Recording, ReplayEngine, Turn, load_recording
 from harness.events import Event, SpecLaunch, SpecSummary, ToolResult, comparable
 from harness.session import Session
-from harness.speculation.model import PatternModel
+from harness.speculation.pattern_model import PatternModel
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
 from tests.helpers import EXAMPLES, make_calc_repo

@@ -16,7 +16,7 @@ import pytest
 
 from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, ToolCall, ToolResult
 from harness.protocol import ParsedCall
-from harness.speculation.canonical import canonical
+from harness.calls.canonical import canonical
 from harness.speculation.patterns import Candidate, Partial
 from harness.speculation.scheduler import Budget, SpeculationScheduler
 from sandbox import Workspace

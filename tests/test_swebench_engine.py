@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cosched import Pacing
+from harness.coscheduler import Pacing
 from harness.events import LLMEnd, SessionEnd, read_trajectory
 from harness.session import SessionConfig
 from harness.swebench.batch import Batch, BatchConfig

@@ -226,7 +226,7 @@ async def test_scratch_folders_of_dead_sessions_are_swept(ws, bash, tmp_path):
 def test_a_scratch_folder_of_unknown_or_foreign_owner_is_kept(tmp_path, monkeypatch):
     import tempfile
 
-    from tools.shell import scratch_owner, sweep_scratch
+    from tools.bash import scratch_owner, sweep_scratch
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     pid, start, namespace = scratch_owner()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.engine.replay import ReplayEngine, Recording, Turn
+from harness.engine.recorded import ReplayEngine, Recording, Turn
 from harness.events import ToolResult
 from harness.session import Session, SessionConfig
 from sandbox import Workspace

@@ -14,7 +14,7 @@ import pytest
 
 from harness import cli_traces
 from harness.events import FormatError, LLMEnd, SessionEnd, SessionStart, ToolCall, ToolResult, read_trajectory
-from harness.speculation.canonical import canonical
+from harness.calls.canonical import canonical
 from harness.traces import ImportReport, detect, load_sessions, write_session
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"

@@ -9,7 +9,7 @@ from pathlib import Path
 from harness.events import Approval, Interrupt, ToolResult, TurnEnd, read_trajectory
 from tests.test_tui_support import TASK, TURNS, call, event_types, isolated, session_options, until  # noqa: F401
 from tui.app import TaoApp
-from tui.screens.approval import ApprovalScreen
+from tui.screens.approve import ApprovalScreen
 from tui.widgets.conversation.pane import CallEntry
 from tui.widgets.speculation.pane import SpeculationPane
 

@@ -12,7 +12,7 @@ import pexpect
 import pytest
 
 from harness.bench.first_call import screen_text
-from harness.engine.model import MODEL_NAME
+from harness.engine.embedded_model import MODEL_NAME
 from harness.events import read_trajectory
 from tests.helpers import ROOT, make_calc_repo
 from tests.test_tui_support import TASK, TURNS

@@ -13,7 +13,7 @@ from textual.widgets import Static
 
 from tests.test_tui_support import TASK, TURNS, event_types, isolated, session_options, until  # noqa: F401
 from tui.app import TaoApp
-from tui.screens.approval import ApprovalScreen
+from tui.screens.approve import ApprovalScreen
 
 SIZE = (150, 42)
 FIX = [TURNS[0], TURNS[1], TURNS[2], TURNS[-1]]  # grep, read, edit, finish: no approval on the way in auto-edit

@@ -23,7 +23,7 @@ from tools.outline import Outline
 from tools.reading import ListFiles, ReadFile
 from tools.run_tests import DEFAULT_TEST_TIMEOUT, RunTests
 from tools.schema import coerce_args, validate_args
-from tools.shell import DEFAULT_BASH_TIMEOUT, Bash
+from tools.bash import DEFAULT_BASH_TIMEOUT, Bash
 from tools.textfile import spell
 
 _log = logging.getLogger(__name__)

@@ -36,7 +36,7 @@ from harness.interactive import (LiveSession, SessionOptions, describe_engine, e
 from harness.saved import PICK, SavedSession, repository_sessions
 from tui.commands import Commands, is_command
 from tui.engine_log import EngineLog, log_path, screen_driver, stderr_to_log
-from tui.screens.approval import GUARD_SECONDS, ApprovalScreen
+from tui.screens.approve import GUARD_SECONDS, ApprovalScreen
 from tui.screens.diff import DiffScreen
 from tui.screens.keys import KeysScreen
 from tui.screens.sessions import SessionPicker

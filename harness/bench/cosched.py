@@ -32,7 +32,7 @@ from harness.bench import emit, machine, run_module
 from harness.bench.calibrate import kv_tokens
 from harness.bench.live import model_choice, quantile
 from harness.bench.vclock import VirtualClockLoop
-from harness.cosched import Pacing
+from harness.coscheduler import Pacing
 from harness.engine.sim import PROFILES, Profile, SimEngine
 from harness.errors import UsageError
 
@@ -41,7 +41,7 @@ SAME = 0.01  # "never worse": a ratio up to 1.01 counts as equal (schedules diff
 
 def cache_dir() -> Path:
     """Books and the shared workspace path: next to `tao bench live`'s cache."""
-    from harness.bench.sessions import cache_dir as live_cache
+    from harness.bench.recordings import cache_dir as live_cache
 
     return live_cache().parent / "cosched"
 
@@ -261,7 +261,7 @@ Run N recorded sessions (examples/sessions, round robin) at once against one eng
 --sessions, in three modes:
   fcfs     no speculation, every request straight to the engine (plain vLLM)
   spec     Tao's speculation, no pacing
-  cosched  Tao's speculation, requests paced by the co-scheduler (harness.cosched.Pacing)
+  cosched  Tao's speculation, requests paced by the co-scheduler (harness.coscheduler.Pacing)
 The model's answers are the recorded ones, forced through the engine; tools answer with their recorded
 output after their recorded time. Reports mean and p99 session time per N and mode, and the ratios
 the co-scheduler's targets are stated in."""

@@ -7,7 +7,7 @@ they take their recorded time and return their recorded output. Three modes:
 
 - `fcfs`: no speculation, every request straight to the engine (plain vLLM);
 - `spec`: Tao's speculation (tool speculation and KV pre-warming), no pacing;
-- `cosched`: Tao's speculation, requests paced by the co-scheduler (harness.cosched.Pacing).
+- `cosched`: Tao's speculation, requests paced by the co-scheduler (harness.coscheduler.Pacing).
 """
 
 from __future__ import annotations
@@ -19,17 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from harness import protocol
-from harness.bench import sessions as recorded
+from harness.bench import recordings as recorded
 from harness.bench.simtools import Book, record_book, sim_tools
 from harness.bench.trace_workload import trace_workload
-from harness.cosched import FCFS, KNEE_SHARE, CoScheduler, Pacing, Policy
+from harness.coscheduler import FCFS, KNEE_SHARE, CoScheduler, Pacing, Policy
 from harness.engine.base import Engine, LLMRequest
-from harness.engine.replay import ForcedReplayEngine
+from harness.engine.recorded import ForcedReplayEngine
 from harness.engine.sim import Profile
 from harness.errors import UsageError
 from harness.events import Event, LLMEnd, SpecObsSettle, SpecSummary
 from harness.session import Session, SessionConfig
-from harness.speculation.model import PatternModel
+from harness.speculation.pattern_model import PatternModel
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
 from tools import tool_specs

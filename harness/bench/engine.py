@@ -64,7 +64,7 @@ async def forced_costs(engine: Any) -> dict[str, Any]:
     """The recorded answers of examples/sessions forced through the engine by their own token ids and by a regex
     of their text (the two ways alternating first, turn by turn): tokens and seconds of each, and whether
     every answer came out verbatim."""
-    from harness.bench.sessions import load_sessions
+    from harness.bench.recordings import load_sessions
 
     texts = [turn.text for session in load_sessions() for turn in session.recording.turns]
     totals = {way: {"tokens": 0, "seconds": 0.0, "verbatim": 0} for way in ("tokens", "regex")}

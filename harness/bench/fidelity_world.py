@@ -19,11 +19,11 @@ from typing import Any
 
 from harness.bench.fidelity_cases import ESCAPE_MARK, Call, Case, Outside
 from harness.bench.fidelity_tree import Places, Snapshot, build, diff_trees, remove, snapshot
-from harness.engine.replay import Recording, ReplayEngine
+from harness.engine.recorded import Recording, ReplayEngine
 from harness.events import Event, SpecPromote, SpecToggle
 from harness.protocol import ParsedCall
 from harness.session import Session
-from harness.speculation.canonical import canonical
+from harness.calls.canonical import canonical
 from harness.speculation.patterns import Candidate
 from sandbox import Workspace
 from tools import default_tools

@@ -34,8 +34,8 @@ from harness.bench import emit, machine, run_module
 from harness.bench.stream_gen import NativeCase, StreamGen, TextCase
 from harness.errors import UsageError
 from harness.events import FormatError, SessionStart, ToolCall, ToolResult
-from harness.speculation.canonical import canonical
-from harness.speculation.model import SHIPPED_MODEL, PatternModel
+from harness.calls.canonical import canonical
+from harness.speculation.pattern_model import SHIPPED_MODEL, PatternModel
 from harness.speculation.patterns import Analyzer, Partial
 from harness.speculation.prefix import args_prefix_of
 

@@ -37,8 +37,8 @@ from harness.bench import emit, machine, run_module
 from harness.bench.fuzz_traces_seeds import Seed, builtin_seeds, mutate
 from harness.errors import UsageError
 from harness.events import EventDecodeError, read_trajectory
-from harness.speculation.canonical import canonical
-from harness.speculation.model import PatternModel
+from harness.calls.canonical import canonical
+from harness.speculation.pattern_model import PatternModel
 from harness.speculation.past import past_sessions
 from harness.traces import FORMATS, ImportReport, load_sessions, trajectory_files, write_session
 

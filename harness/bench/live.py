@@ -11,7 +11,7 @@ time and their ratios to `off`, Tao's saving as a share of the oracle's, hits, w
 per decision (harness.bench.overhead). JSON with `--json`, and a table.
 
 `--engine embedded` runs the same sessions through the real in-process engine instead, to measure
-observation warming (AOSpec): harness.bench.embedded.
+observation warming (AOSpec): harness.bench.live_embedded.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import emit, machine, run_module
-from harness.bench import sessions as recorded
+from harness.bench import recordings as recorded
 from harness.bench.oracle import OracleAnalyzer
 from harness.bench.overhead import Meter
-from harness.engine.replay import ReplayEngine
+from harness.engine.recorded import ReplayEngine
 from harness.errors import UsageError
 from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
 from harness.session import Session, SessionConfig
-from harness.speculation.model import SHIPPED_MODEL, PatternModel, default_model_path, installed_model
+from harness.speculation.pattern_model import SHIPPED_MODEL, PatternModel, default_model_path, installed_model
 from harness.speculation.past import PAST_SECONDS
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
@@ -446,7 +446,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", choices=("replay", "embedded"), default="replay",
                         help="replay: the recorded turns at --tpot-ms, speculation off, on and oracle (default); "
                              "embedded: the real in-process engine, observation warming off and on "
-                             "(harness.bench.embedded)")
+                             "(harness.bench.live_embedded)")
     parser.add_argument("--repeat", type=int, help="repetitions, modes interleaved (default 3; 1 with --engine embedded)")
     parser.add_argument("--tpot-ms", type=float, default=10.0, help="replay milliseconds per output token (default 10)")
     parser.add_argument("--model", type=Path, help="learned pattern model for the `on` runs (default "
@@ -463,7 +463,7 @@ def cmd_live(args: argparse.Namespace) -> int:
     """Run the benchmark and print it."""
     only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
     if args.engine == "embedded":
-        from harness.bench import embedded
+        from harness.bench import live_embedded as embedded
 
         result = embedded.run(args.sessions, only, args.repeat or 1, args.provisional, args.model,
                               args.max_sandboxed, args.cache)

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from harness import protocol
-from harness.engine.replay import Recording, Turn
+from harness.engine.recorded import Recording, Turn
 from harness.events import Event, LLMEnd, SessionStart
-from harness.speculation.canonical import canonical
+from harness.calls.canonical import canonical
 from harness.speculation.latency import modelled_latency
 from harness.speculation.patterns import Candidate, Partial
 

@@ -3,7 +3,7 @@
     book = await record_book(session, cache)        # once: the session replayed with the real tools
     tools = sim_tools(book)                         # the default tools' names, schemas and effect classes
 
-Each recorded session (harness.bench.sessions) is replayed once against its real repository with the
+Each recorded session (harness.bench.recordings) is replayed once against its real repository with the
 real tools, speculation off; every call's output and duration are kept, keyed by the call's canonical
 key and the number of mutating calls made before it (the workspace version a simulated session has
 at that point, since simulated tools change no file). A simulated tool sleeps for the recorded
@@ -22,12 +22,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.bench import sessions as recorded
-from harness.engine.replay import ReplayEngine
+from harness.bench import recordings as recorded
+from harness.engine.recorded import ReplayEngine
 from harness.errors import TaoError
 from harness.events import Event, ToolCall, ToolResult
 from harness.session import Session, SessionConfig
-from harness.speculation.canonical import canonical
+from harness.calls.canonical import canonical
 from harness.speculation.latency import modelled_latency
 from sandbox import Workspace
 from tools import default_tools

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench.predict import held_out
-from harness.bench.sessions import LiveSession
+from harness.bench.recordings import LiveSession
 from harness.bench.simtools import Book, RecordedCall
-from harness.engine.replay import Recording, Turn
+from harness.engine.recorded import Recording, Turn
 from harness.errors import UsageError
 from harness.events import LLMEnd, SessionStart, ToolCall, ToolResult
-from harness.speculation.canonical import canonical
+from harness.calls.canonical import canonical
 from harness.speculation.latency import modelled_latency
 from harness.traces import Imported, ImportReport, load_sessions
 from tools import default_tools

@@ -101,7 +101,7 @@ async def one_step(engine: Engine, case: str, mode: str, nonce: int, tool_s: flo
 
 async def run_all(repeat: int, tool_s: float, progress: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Start the embedded engine, pre-fill the system prompt, then every case and mode, interleaved."""
-    from harness.bench.embedded import engine_info
+    from harness.bench.live_embedded import engine_info
     from harness.engine.factory import EngineOptions, start_local
 
     engine = await start_local(EngineOptions(attach=False))

@@ -16,7 +16,7 @@ from harness.engine.base import Engine
 from harness.errors import UsageError
 
 if TYPE_CHECKING:
-    from harness.engine.replay import Recording
+    from harness.engine.recorded import Recording
 
 ENGINES = ("vllm", "openai", "replay")
 
@@ -53,7 +53,7 @@ class EngineOptions:
 async def open_engine(options: EngineOptions) -> Engine:
     """Start or connect to the engine; raises UsageError or EngineUnavailable with what to do."""
     if options.kind == "replay":
-        from harness.engine.replay import ReplayEngine, load_recording
+        from harness.engine.recorded import ReplayEngine, load_recording
 
         if options.replay is None:
             raise UsageError("--engine replay needs --replay FILE (a trajectory .jsonl or a JSON turn script)")
@@ -72,7 +72,7 @@ async def open_engine(options: EngineOptions) -> Engine:
         attached = await attach_server(options) if options.attach and recording is None else None
         engine = attached or await start_local(options)
         if recording is not None:
-            from harness.engine.replay import ForcedReplayEngine
+            from harness.engine.recorded import ForcedReplayEngine
 
             return ForcedReplayEngine(engine, recording)
         return engine
@@ -81,14 +81,14 @@ async def open_engine(options: EngineOptions) -> Engine:
 
 def load_forced(path: Path) -> Recording:
     """The recorded turns to force through the real engine (read before the engine starts, so a bad file fails fast)."""
-    from harness.engine.replay import load_recording
+    from harness.engine.recorded import load_recording
 
     return load_recording(path)
 
 
 async def attach_server(options: EngineOptions) -> Engine | None:
     """An engine over the running `tao serve` server for this model, or None when there is none."""
-    from harness.engine.model import model_key
+    from harness.engine.embedded_model import model_key
     from harness.engine.server import running_server
 
     state = await asyncio.to_thread(running_server, model_key(options.model))
@@ -107,7 +107,7 @@ async def attach_server(options: EngineOptions) -> Engine | None:
 
 async def start_local(options: EngineOptions) -> Engine:
     """Start vLLM in-process with the requested model (converting the embedded one on first use)."""
-    from harness.engine.model import EMBEDDED_MAX_MODEL_LEN, MODEL_NAME, resolve_model
+    from harness.engine.embedded_model import EMBEDDED_MAX_MODEL_LEN, MODEL_NAME, resolve_model
     from harness.engine.vllm_local import VLLMEngine, VLLMSettings
 
     model = await asyncio.to_thread(resolve_model, options.model)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from harness.engine.model import cache_dir
+from harness.engine.embedded_model import cache_dir
 from harness.engine.vllm_local import cpu_has_bf16
 from harness.errors import EngineUnavailable, UsageError
 

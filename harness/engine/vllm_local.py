@@ -25,7 +25,7 @@ from typing import Any
 
 from harness.engine.base import Chunk, EngineLoad, LLMRequest, Usage
 from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
-from harness.engine.model import converted_in_this_process
+from harness.engine.embedded_model import converted_in_this_process
 from harness.engine.quiet import quiet_engine_start
 from harness.environ import kept_environment
 from harness.shutdown import loaded_heavy_libraries

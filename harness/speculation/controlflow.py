@@ -13,7 +13,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
-from harness.speculation.action import KINDS
+from harness.calls.action import KINDS
 
 START = "start"
 _WORD = re.compile(r"[a-z][a-z_]{1,24}")

@@ -18,8 +18,8 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.speculation.action import FINISH, OTHER, SLOW_KINDS, VIEW, Action, list_action, read_action
-from harness.speculation.canonical import canonical_bash
+from harness.calls.action import FINISH, OTHER, SLOW_KINDS, VIEW, Action, list_action, read_action
+from harness.calls.canonical import canonical_bash
 from harness.speculation.state import SessionState, file_in_hand
 from harness.speculation.syntax import enclosing_range
 

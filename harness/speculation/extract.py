@@ -10,7 +10,7 @@ import posixpath
 import re
 from dataclasses import dataclass, field
 
-from harness.speculation.action import SHELL, norm_path
+from harness.calls.action import SHELL, norm_path
 
 _EXT = r"(?:py|pyi|pyx|cfg|toml|ini|txt|rst|md|json|ya?ml|c|h|cc|cpp|hpp|js|jsx|ts|tsx|html|css|sh|go|rs|java|rb)"
 _PATH = re.compile(r"(?<![\w.-])(/?(?:[\w.-]+/)*[\w-][\w.-]*\." + _EXT + r")(?![\w/])(?:[:,]\s?(?:line\s)?(\d+))?")
@@ -115,7 +115,7 @@ class ReasoningFacts:
     @classmethod
     def of(cls, text: str, root: str = "") -> ReasoningFacts:
         """Pull the facts out of a reasoning text (once per text streamed)."""
-        from harness.speculation.canonical import canonical_bash
+        from harness.calls.canonical import canonical_bash
 
         paths = path_mentions(text, root, limit=24)[-8:]  # the last named matter most
         commands, scripts, symbols, folders = [], [], [], []

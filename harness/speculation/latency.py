@@ -11,7 +11,7 @@ trace records a call's duration (SWE-agent's `execution_time`, Tao's own `durati
 
 from __future__ import annotations
 
-from harness.speculation.action import (CLEANUP, EDIT, FINISH, GIT, INSTALL, LIST, OTHER, OUTLINE, READ, SCRIPT,
+from harness.calls.action import (CLEANUP, EDIT, FINISH, GIT, INSTALL, LIST, OTHER, OUTLINE, READ, SCRIPT,
                                         SEARCH, SHELL, TEST, VIEW, WRITE, WRITE_RUN, Action)
 
 KIND_SECONDS: dict[str, float] = {

@@ -24,12 +24,12 @@ from typing import Any
 
 from harness.events import Event, SessionStart, ToolCall, ToolResult
 from harness.speculation import dataflow, reasoning, testruns
-from harness.speculation.action import KINDS, MUTATING, PURE, Action
-from harness.speculation.canonical import canonical
+from harness.calls.action import KINDS, MUTATING, PURE, Action
+from harness.calls.canonical import canonical
 from harness.speculation.controlflow import START, KindModel, contexts
 from harness.speculation.extract import ReasoningFacts
 from harness.speculation.latency import modelled_latency
-from harness.speculation.model import PatternModel, status
+from harness.speculation.pattern_model import PatternModel, status
 from harness.speculation.prefix import consistent, completions
 from harness.speculation.ranker import Features, Ranker
 from harness.speculation.state import SessionState

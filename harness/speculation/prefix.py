@@ -13,8 +13,8 @@ import re
 from typing import Any
 
 from harness.speculation import dataflow
-from harness.speculation.action import Action
-from harness.speculation.canonical import canonical
+from harness.calls.action import Action
+from harness.calls.canonical import canonical
 from harness.speculation.state import SessionState
 
 _FIRST_STRING = re.compile(r'\s*\{\s*"(?:[^"\\]|\\.)*"\s*:\s*"((?:[^"\\]|\\.)*\\?)')

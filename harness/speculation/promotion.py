@@ -1,6 +1,6 @@
 """What a real call must be to be answered by a speculation: the tool's own view of its arguments.
 
-Canonical keys (harness.speculation.canonical) normalise spellings so that predictions generalise; they
+Canonical keys (harness.calls.canonical) normalise spellings so that predictions generalise; they
 must not decide promotion, since two spellings can give different observations (`" a.py "` is not
 `a.py`, `start_line: "5"` is an error, `echo  hi` prints itself with two spaces). Promotion goes by the
 real call's arguments as the tool's schema accepts them, compared exactly.

@@ -13,8 +13,8 @@ from __future__ import annotations
 import posixpath
 import re
 
-from harness.speculation.action import MUTATING, SCRIPT, TEST, grep_action, list_action, read_action
-from harness.speculation.canonical import canonical_bash
+from harness.calls.action import MUTATING, SCRIPT, TEST, grep_action, list_action, read_action
+from harness.calls.canonical import canonical_bash
 from harness.speculation.dataflow import Pool, around
 from harness.speculation.extract import ReasoningFacts
 from harness.speculation.state import SessionState

@@ -30,7 +30,7 @@ from typing import Any
 
 from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, SpecSummary, ToolCall, ToolResult
 from harness.protocol import ParsedCall
-from harness.speculation.canonical import canonical
+from harness.calls.canonical import canonical
 from harness.speculation.patterns import Analyzer, Candidate, Partial
 from harness.speculation.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
 from sandbox import Workspace

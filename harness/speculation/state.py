@@ -18,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.events import Event, SessionStart, ToolCall, ToolResult
-from harness.speculation import shell
-from harness.speculation.action import (CLEANUP, EDIT, LIST, READ, SCRIPT, SEARCH, SHELL, TEST, VIEW, WRITE, WRITE_RUN,
+from harness.calls import shellwords
+from harness.calls.action import (CLEANUP, EDIT, LIST, READ, SCRIPT, SEARCH, SHELL, TEST, VIEW, WRITE, WRITE_RUN,
                                         Action, changes_workspace, norm_path)
-from harness.speculation.canonical import canonical
+from harness.calls.canonical import canonical
 from harness.speculation.extract import blank_long_runs, path_mentions
-from harness.speculation.shellmap import command_kind
+from harness.calls.shellmap import command_kind
 
 _NUMBERED = re.compile(r"(?m)^\s*\d+(?:\t|: |\| |\u2192)")
 _RUNNABLE = (".py", ".sh")
@@ -402,8 +402,8 @@ def written_paths(action: Action, command: str | None = None) -> list[str]:
     if action.tool != "bash" or action.kind not in (WRITE, WRITE_RUN):
         return []
     try:
-        commands = shell.parse(command if command is not None else str(action.args.get("command", "")))
-    except shell.ShellSyntax:
+        commands = shellwords.parse(command if command is not None else str(action.args.get("command", "")))
+    except shellwords.ShellSyntax:
         return []
     return [r.target for c in commands for r in c.redirects
             if r.op in (">", ">>") and r.target and not r.target.startswith("/dev/")]
@@ -428,8 +428,8 @@ def derivable(action: Action, path: str) -> bool:
 def made_dirs(command: str, root: str = "") -> list[str]:
     """The folders a command makes with `mkdir` (the first level of `mkdir -p a/b`)."""
     try:
-        commands = shell.parse(command)
-    except shell.ShellSyntax:
+        commands = shellwords.parse(command)
+    except shellwords.ShellSyntax:
         return []
     found = []
     for item in commands:
@@ -454,8 +454,8 @@ def split_test(command: str) -> tuple[str, str | None]:
     A compound command whose first part runs no tests (`cd tests && pytest x`) has no runner to reuse.
     """
     try:
-        commands = shell.parse(command)
-    except shell.ShellSyntax:
+        commands = shellwords.parse(command)
+    except shellwords.ShellSyntax:
         commands = []
     if len(commands) > 1 and command_kind(commands[0]) != TEST:
         return command, None

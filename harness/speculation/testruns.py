@@ -16,8 +16,8 @@ from __future__ import annotations
 import posixpath
 from dataclasses import dataclass
 
-from harness.speculation.action import TEST, make
-from harness.speculation.canonical import canonical_bash
+from harness.calls.action import TEST, make
+from harness.calls.canonical import canonical_bash
 from harness.speculation.dataflow import Pool
 from harness.speculation.state import SessionState, is_test_file
 from tools.run_tests import EXAMPLE_RUNNER

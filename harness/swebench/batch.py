@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.cosched import FCFS, CoScheduler, Policy
+from harness.coscheduler import FCFS, CoScheduler, Policy
 from harness.engine.base import Engine
 from harness.events import Event, SessionEnd, SpecSummary, TrajectoryWriter
 from harness.session import Session, SessionConfig
-from harness.speculation.model import PatternModel
+from harness.speculation.pattern_model import PatternModel
 from harness.speculation.patterns import Analyzer
 from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT, evaluate, run_report
 from harness.swebench.instances import Instance

@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.engine.base import Chunk, Engine, LLMRequest, Usage
-from harness.engine.replay import Recording, load_recording, split_tokens
+from harness.engine.recorded import Recording, load_recording, split_tokens
 from harness.errors import ReplayExhausted, UsageError
 
 

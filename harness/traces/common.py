@@ -10,8 +10,8 @@ from typing import Any
 from harness import jsonl
 from harness.events import (Event, FormatError, LLMEnd, LLMFirstToken, LLMStart, SessionEnd, SessionStart, ToolCall,
                             ToolResult)
-from harness.speculation.action import TOOL_EFFECTS, changes_workspace
-from harness.speculation.canonical import canonical
+from harness.calls.action import TOOL_EFFECTS, changes_workspace
+from harness.calls.canonical import canonical
 
 TAO_TOOLS = ["bash", "edit_file", "finish", "grep", "list_files", "outline", "read_file", "run_tests", "write_file"]
 

@@ -40,15 +40,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import machine
-from harness.bench import sessions as recorded
+from harness.bench import recordings as recorded
 from harness.bench.live import analyzer_for, bench_environment, model_choice, quantile, timed_run
 from harness.engine.base import Engine, LLMRequest
-from harness.engine.replay import ForcedReplayEngine
+from harness.engine.recorded import ForcedReplayEngine
 from harness.errors import UsageError
 from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart, SpecObsSettle, SpecObsWarm,
                             SpecPromote, ToolCall, ToolResult, comparable)
 from harness.session import Session, SessionConfig
-from harness.speculation.canonical import canonical
+from harness.calls.canonical import canonical
 from harness.speculation.scheduler import Budget, LastRun
 from sandbox import Workspace
 from tools import default_tools

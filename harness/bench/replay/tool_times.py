@@ -4,7 +4,7 @@ A call's seconds are its recorded duration when the trace has one (SWE-agent's `
 and Claude Code's timestamps). Otherwise the kind's seconds from harness.speculation.latency, which were
 regressed from the 11.3k gaps between mini-swe-agent's model responses (a gap is the model's time plus
 the tool's; regressed on the answer's output tokens and the call's kind). Those are checked against
-real runs of such commands on this machine (`python -m harness.bench.replay_latency DIR`, three runs
+real runs of such commands on this machine (`python -m harness.bench.replay.tool_times DIR`, three runs
 each, the median; docs/BENCHMARKS.md, "Trace replay"), in the directory holding sympy 1.x (a SWE-bench
 repository) and, with equivalent commands, in Tao's own repository:
 
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.speculation.action import Action
+from harness.calls.action import Action
 from harness.speculation.latency import KIND_SECONDS, modelled_latency
 
 CALIBRATION = {  # run in the directory that holds the `sympy` package (a SWE-bench repository)

@@ -14,7 +14,7 @@ request is sent, so waiting for admission hides more tool time. Runs:
 
 - baseline: no speculation, every request admitted at once (plain vLLM, FCFS);
 - tao: Tao's plans, FCFS; tao_cosched: Tao's plans, requests paced by the co-scheduler's rule
-  (harness.cosched.Pacing): at most the engine's throughput knee running, resident sessions first,
+  (harness.coscheduler.Pacing): at most the engine's throughput knee running, resident sessions first,
   then those with the least expected work left (a typical length minus the steps done), then arrival;
   none waits longer than WAIT_TURNS typical turns at the knee.
 
@@ -28,9 +28,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.bench.replay_policies import TAKE
+from harness.bench.replay.policies import TAKE
 from harness.bench.timeline import Launch, Plan, serve
-from harness.cosched import KNEE_SHARE
+from harness.coscheduler import KNEE_SHARE
 from harness.engine.sim import GPU, Profile
 
 STAGGER = 1.0  # seconds between session starts
@@ -39,7 +39,7 @@ WAIT_TURNS = 12  # as harness.bench.cosched_run: a request waits at most this ma
 
 @dataclass(frozen=True)
 class Pacing:
-    """The co-scheduler's rule (harness.cosched.Pacing) with this workload's figures."""
+    """The co-scheduler's rule (harness.coscheduler.Pacing) with this workload's figures."""
 
     knee: int
     max_wait: float
@@ -154,7 +154,7 @@ def _admit(waiting: list[Session], running: list[Session], sessions: list[Sessio
     """FCFS (no pacing): in arrival order while the KV cache has room, stopping at the first that does not
     fit, as vLLM does; paced: also at most `knee` running, the aged first (a started session's request that
     waited `max_wait`; a first request has no bound), then resident sessions, then the least expected work
-    left, then arrival: harness.cosched.Pacing's rule."""
+    left, then arrival: harness.coscheduler.Pacing's rule."""
     if pacing is None:
         order = sorted(waiting, key=lambda s: s.arrived)
     else:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.events import Event, LLMEnd, SessionStart, ToolCall, ToolResult
-from harness.speculation.action import TEST, VIEW, Action
-from harness.speculation.canonical import canonical
+from harness.calls.action import TEST, VIEW, Action
+from harness.calls.canonical import canonical
 from harness.speculation.controlflow import START, KindModel, WordModel, contexts
 from harness.speculation.extract import path_mentions, reasoning_part
 from harness.speculation.ranker import Ranker
@@ -89,7 +89,7 @@ class PatternModel:
         data = [list(events) for events in sessions]
         model = cls()
         model.count(data)
-        from harness.speculation.replay import replay  # the same loop the benchmark runs
+        from harness.speculation.rehearsal import replay  # the same loop the benchmark runs
         from harness.speculation.patterns import Analyzer
 
         folds = max(1, min(folds, len(data) // 2))
@@ -115,7 +115,7 @@ class PatternModel:
         The offline model comes from other agents; this teaches it the user's habits and Tao's own tool
         vocabulary (`run_tests {}` after a targeted run passes), which no bash trajectory shows. Stops
         taking sessions once `seconds` have passed."""
-        from harness.speculation.replay import replay
+        from harness.speculation.rehearsal import replay
         from harness.speculation.patterns import Analyzer
 
         started, taken = time.perf_counter(), 0

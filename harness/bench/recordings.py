@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.engine.replay import Recording, load_recording
+from harness.engine.recorded import Recording, load_recording
 from harness.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]

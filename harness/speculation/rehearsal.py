@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from harness.events import Event, LLMEnd, SessionStart, ToolCall
-from harness.speculation.action import Action
-from harness.speculation.canonical import canonical
+from harness.calls.action import Action
+from harness.calls.canonical import canonical
 from harness.speculation.extract import reasoning_part
 from harness.speculation.patterns import Analyzer, Candidate, Partial
 from harness.speculation.prefix import first_value

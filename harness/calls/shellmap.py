@@ -12,9 +12,9 @@ from __future__ import annotations
 import posixpath
 import re
 
-from harness.speculation.action import (CLEANUP, EDIT, GIT, INSTALL, LIST, READ, SCRIPT, SEARCH, SHELL, TEST,
+from harness.calls.action import (CLEANUP, EDIT, GIT, INSTALL, LIST, READ, SCRIPT, SEARCH, SHELL, TEST,
                                         VIEW, WRITE, Action, make, norm_path, read_action)
-from harness.speculation.shell import Command, Redirect
+from harness.calls.shellwords import Command, Redirect
 
 _SED_RANGE = re.compile(r"^(\d+)(?:,(\d+|\$))?p$")
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

@@ -19,12 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from harness.bench.replay_trace import CallInfo, Trace, hit, runnable
+from harness.bench.replay.trace import CallInfo, Trace, hit, runnable
 from harness.bench.timeline import Launch, Miss, Plan
-from harness.speculation.action import MUTATING, SANDBOXED, UNKNOWN, changes_workspace
+from harness.calls.action import MUTATING, SANDBOXED, UNKNOWN, changes_workspace
 from harness.speculation.patterns import Candidate
 from harness.speculation.prefix import agrees, first_value
-from harness.speculation.replay import PREFIX_CHARS
+from harness.speculation.rehearsal import PREFIX_CHARS
 from harness.speculation.scheduler import Budget
 
 POLICIES = ("baseline", "tao", "paste", "spork", "aospec", "oracle", "oracle_obs", "oracle_speculable")

@@ -14,11 +14,11 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from harness.speculation import shell
-from harness.speculation.action import (EDIT, FINISH, GIT, INSTALL, LIST, MUTATING, OTHER, READ, SANDBOXED,
+from harness.calls import shellwords
+from harness.calls.action import (EDIT, FINISH, GIT, INSTALL, LIST, MUTATING, OTHER, READ, SANDBOXED,
                                         SCRIPT, SEARCH, SHELL, TEST, UNKNOWN, VIEW, WRITE, WRITE_RUN, CLEANUP,
                                         TOOL_KINDS, Action, make, norm_path, read_action, to_int)
-from harness.speculation.shellmap import command_kind, map_pipeline, map_simple, readonly
+from harness.calls.shellmap import command_kind, map_pipeline, map_simple, readonly
 
 __all__ = ["Action", "canonical", "canonical_bash", "make", "norm_path", "normalize_command", "read_action"]
 
@@ -80,8 +80,8 @@ def canonical_bash(command: str, root: str = "") -> Action:
 
     Cached: actions are treated as immutable (callers copy `args` before changing anything)."""
     try:
-        commands = shell.parse(command)
-    except shell.ShellSyntax:
+        commands = shellwords.parse(command)
+    except shellwords.ShellSyntax:
         return make("bash", {"command": " ".join(command.split())}, _guess_kind(command), MUTATING)
     commands = _drop_root_cd(commands, root)
     if not commands:
@@ -93,14 +93,14 @@ def canonical_bash(command: str, root: str = "") -> Action:
     kind = WRITE_RUN if WRITE in kinds and (TEST in kinds or SCRIPT in kinds) else next(
         (k for k in _PRIORITY if k in kinds), SHELL)
     effect = SANDBOXED if all(readonly(c) or command_kind(c) in (TEST, SCRIPT) for c in commands) else MUTATING
-    return make("bash", {"command": shell.render(commands)}, kind, effect)
+    return make("bash", {"command": shellwords.render(commands)}, kind, effect)
 
 
 def normalize_command(command: str) -> str:
     """A shell command in canonical spelling (as written when this reader cannot follow it)."""
     try:
-        return shell.render(shell.parse(command))
-    except shell.ShellSyntax:
+        return shellwords.render(shellwords.parse(command))
+    except shellwords.ShellSyntax:
         return " ".join(command.split())
 
 

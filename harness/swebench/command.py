@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from harness.cosched import FCFS, Pacing, Policy
+from harness.coscheduler import FCFS, Pacing, Policy
 from harness.engine.base import Engine
 from harness.errors import UsageError
 from harness.session import SessionConfig

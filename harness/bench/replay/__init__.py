@@ -1,12 +1,12 @@
 """`tao bench replay`: real trajectories replayed on a timeline, serial against Tao against the oracle.
 
-Each held-out trajectory becomes steps (harness.bench.replay_trace): a model call's time is the prefill
+Each held-out trajectory becomes steps (harness.bench.replay.trace): a model call's time is the prefill
 of its new prompt tokens (the prefix cache holds the rest) at `prefill_tps` plus its output tokens at
 `tpot`; a tool's time is its measured duration where the trace has one, else a latency model per
-command class (harness.bench.replay_latency). The analyzer, trained on `--train` only, predicts every
-call at moments (a), (b), (c) without looking ahead; each run (harness.bench.replay_policies) turns
+command class (harness.bench.replay.tool_times). The analyzer, trained on `--train` only, predicts every
+call at moments (a), (b), (c) without looking ahead; each run (harness.bench.replay.policies) turns
 that into a plan, and harness.bench.timeline into task times. With `--sessions N`, N trajectories share
-one engine whose time per token grows with load (harness.bench.replay_load).
+one engine whose time per token grows with load (harness.bench.replay.load).
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.bench import replay_load
+from harness.bench.replay import load as replay_load
 from harness.bench.predict import split
-from harness.bench.replay_policies import BUDGET, POLICIES, SINGLE, TAKE, Tally, plans
-from harness.bench.replay_trace import Trace, build, decide
+from harness.bench.replay.policies import BUDGET, POLICIES, SINGLE, TAKE, Tally, plans
+from harness.bench.replay.trace import Trace, build, decide
 from harness.bench.timeline import Plan, Timeline, simulate
-from harness.speculation.model import PatternModel
+from harness.speculation.pattern_model import PatternModel
 from harness.speculation.patterns import ONLINE_RATE, Analyzer
 from harness.speculation.scheduler import Budget
 from harness.traces import ImportReport

@@ -1,6 +1,6 @@
 """A demo dataset for `tao swebench` (and its benchmark): N instances of the bundled calc example.
 
-    python -m harness.swebench.demo DIR [--instances N]
+    python -m harness.swebench.demo_dataset DIR [--instances N]
 
 writes DIR/repos/tao/calc (a git clone whose `add` subtracts), DIR/instances.jsonl (each instance's
 test_patch adds a test that fails until `add` is fixed) and DIR/scripts/<instance_id>.json (the
@@ -54,7 +54,7 @@ def make_demo(root: Path, count: int) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.swebench.demo", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.swebench.demo_dataset", description=__doc__.splitlines()[0])
     parser.add_argument("dir", type=Path, help="where to build it (must not exist)")
     parser.add_argument("--instances", type=int, default=8, help="how many instances (default 8)")
     args = parser.parse_args(argv)
