@@ -147,9 +147,11 @@ class _OverlayDiff:
         """Entries of an upper dir: visible names, whited-out names, and whether it is opaque."""
         visible: dict[str, Path] = {}
         hidden: set[str] = set()
-        opaque = upper is not None and xattr(upper, "opaque") == b"y"
+        if upper is None:
+            return visible, hidden, False
+        opaque = xattr(upper, "opaque") == b"y"
         for name in listdir(upper):
-            path = upper / name  # type: ignore[operator]
+            path = upper / name
             st = lstat(path)
             if st is None:
                 continue
@@ -176,7 +178,8 @@ class _OverlayDiff:
             sub = join(rel, name)
             real_path = real / name if real is not None and name in real_names else None
             if name not in merged:
-                self.deleted(sub, real_path)  # type: ignore[arg-type]
+                assert real_path is not None  # a name outside the merged dir came from the real one
+                self.deleted(sub, real_path)
                 continue
             node, from_upper = merged[name]
             if not from_upper and origin is not None and real is not None and origin == real:
@@ -188,7 +191,7 @@ class _OverlayDiff:
         st, rst = lstat(node), (lstat(real) if real is not None else None)
         if st is None:
             return
-        if rst is None:
+        if real is None or rst is None:
             self.created(sub, node, st, from_upper, parent_origin)
             return
         both_dirs = stat.S_ISDIR(st.st_mode) and stat.S_ISDIR(rst.st_mode)
@@ -203,12 +206,12 @@ class _OverlayDiff:
         if kind_of(st) != kind_of(rst):
             self.out.append(Change(sub, ChangeKind.MODIFIED, kind_of(st), node))
             if stat.S_ISDIR(rst.st_mode):
-                self.gone.append((sub, real))  # type: ignore[arg-type]
+                self.gone.append((sub, real))
             if stat.S_ISDIR(st.st_mode):
                 self.todo.append((sub, node if from_upper else None,
                                   self.origin_of(node, parent_origin, sub) if from_upper else node, None))
             return
-        if not same_content(node, real, st, rst):  # type: ignore[arg-type]
+        if not same_content(node, real, st, rst):
             self.out.append(Change(sub, ChangeKind.MODIFIED, kind_of(st), node))
         elif from_upper:
             self.out.append(Change(sub, ChangeKind.TOUCHED, kind_of(st), node))

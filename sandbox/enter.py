@@ -34,13 +34,13 @@ import sys
 
 sys.path.append(os.path.dirname(os.path.abspath(__file__)))
 
-import _socket  # noqa: E402
+import _socket
 
-from stage import guard, network  # noqa: E402
-from stage.calls import (CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, MS_PRIVATE, MS_REC,  # noqa: E402
+from stage import guard, network
+from stage.calls import (CLONE_NEWNET, CLONE_NEWNS, CLONE_NEWPID, CLONE_NEWUSER, MS_PRIVATE, MS_REC,
                          PR_SET_DUMPABLE, PR_SET_PDEATHSIG, StepFailed, mount, prctl, unshare, write_file)
-from stage.supervise import end_the_rest, receive_listener, send_listener, watch  # noqa: E402
-from stage.world import World  # noqa: E402
+from stage.supervise import end_the_rest, receive_listener, send_listener, watch
+from stage.world import World
 
 MARKER = b"\0tao-sandbox "
 SETUP_FAILED = 125

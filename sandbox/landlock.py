@@ -156,7 +156,7 @@ async def run_readonly(argv: Sequence[str], cwd: Path, rules: ReadRules, *, time
         """The thread's body: run, then report back to the loop."""
         try:
             result = _run(argv, cwd, rules, timeout, max_bytes, tuple(pass_fds), cancelled)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+        except BaseException as exc:  # handed to the awaiting coroutine
             loop.call_soon_threadsafe(_settle, future, None, exc)
         else:
             loop.call_soon_threadsafe(_settle, future, result, None)

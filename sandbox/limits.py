@@ -59,8 +59,8 @@ class Limits:
             if soft is None:
                 continue
             _, hard_now = resource.getrlimit(getattr(resource, name))
-            cap = lambda v: v if hard_now == resource.RLIM_INFINITY else min(v, hard_now)  # noqa: E731
-            out[name] = [cap(soft), cap(soft + slack)]
+            limits = [soft, soft + slack]
+            out[name] = limits if hard_now == resource.RLIM_INFINITY else [min(v, hard_now) for v in limits]
         return out
 
 

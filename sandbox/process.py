@@ -143,7 +143,7 @@ async def run_process(
     timed_out = False
     try:
         await asyncio.wait_for(pump(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         timed_out = True
         kill_group(proc.pid)
         await proc.wait()

@@ -73,7 +73,7 @@ async def run_tool(tool: Tool, args: Any, workspace: Workspace) -> Observation:
         return observe(f"Error: {exc}", is_error=True)
     except OSError as exc:  # permission denied, read-only file system, disk full...
         return observe(f"Error: {name} failed: {exc.strerror or exc}{_where(parsed)}", is_error=True)
-    except Exception as exc:  # noqa: BLE001 - a bug must not end the session; the model is told so
+    except Exception as exc:  # a bug must not end the session; the model is told so
         _log.warning("tool %s raised %s: %s", name, type(exc).__name__, exc, exc_info=_log.isEnabledFor(logging.DEBUG))
         return observe(f"Error: {name} stopped on an unexpected {type(exc).__name__}. This is a bug in Tao, not "
                        "a problem with your call; try another way to get what you need (for example bash).",

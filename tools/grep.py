@@ -195,11 +195,12 @@ def _target(workspace: Workspace, path: str | None) -> Target:
             return Target(spot.rel)
         if not stat.S_ISREG(info.st_mode):
             raise ToolError(f"{spell(path)} is not a regular file or folder; grep cannot search it")
-        target = Target(spot.rel, spot.open(READ_FLAGS))
+        fd = spot.open(READ_FLAGS)
+        target = Target(spot.rel, fd)
     try:
-        if not stat.S_ISREG(os.fstat(target.fd).st_mode):
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise ToolError(f"{spell(path)} is not a regular file or folder; grep cannot search it")
-        target.binary = _has_nul(target.fd)
+        target.binary = _has_nul(fd)
     except BaseException:
         target.close()
         raise

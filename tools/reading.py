@@ -100,10 +100,10 @@ def _fit_lines(lines: list[str], start: int, end: int) -> int:
     """The last line number that fits both the line cap and the character cap (at least `start`)."""
     end = min(end, start + MAX_READ_LINES - 1)
     budget = MAX_OUTPUT_CHARS - _NOTE_ROOM
-    for number in range(start, end + 1):
-        budget -= len(number_lines([lines[number - 1]], number)) + 1
+    for line in range(start, end + 1):
+        budget -= len(number_lines([lines[line - 1]], line)) + 1
         if budget < 0:
-            return max(start, number - 1)
+            return max(start, line - 1)
     return end
 
 

@@ -27,6 +27,7 @@ from textual.widgets import Footer, Input
 from textual.worker import Worker
 
 from harness.approval import Answer
+from harness.engine.base import Engine
 from harness.engine.factory import open_engine
 from harness.errors import TaoError, UsageError
 from harness.events import Event, SessionEnd, read_trajectory
@@ -82,7 +83,7 @@ class TaoApp(App[int]):
         self.engine_log = engine_log
         self.live: LiveSession | None = None
         self.worker: Worker[None] | None = None
-        self.engine: object | None = None  # started at launch, shared by the session
+        self.engine: Engine | None = None  # started at launch, shared by the session
         self.engine_error: str | None = None  # why the engine failed to start, until it is tried again
         self.loader: Worker[None] | None = None
         self.loader_started = 0.0  # monotonic time the engine's (last) load began
@@ -151,7 +152,7 @@ class TaoApp(App[int]):
         except TaoError as exc:
             self.engine_failed(str(exc))
             return
-        except Exception as exc:  # noqa: BLE001 - a bug must not leave the screen saying "loading" for ever
+        except Exception as exc:  # a bug must not leave the screen saying "loading" for ever
             self.engine_failed(f"{type(exc).__name__}: {exc}")
             return
         self.engine = engine
@@ -246,7 +247,7 @@ class TaoApp(App[int]):
                 await live.session.run()
         except TaoError as exc:
             self.session_failed(str(exc))
-        except Exception as exc:  # noqa: BLE001 - a bug must not take the screen down with it
+        except Exception as exc:  # a bug must not take the screen down with it
             self.session_failed(f"{type(exc).__name__}: {exc}. Its trajectory keeps what happened; please report this")
         finally:
             self.live = None
@@ -381,7 +382,8 @@ class TaoApp(App[int]):
                 time.sleep(0.2)
 
         threading.Thread(target=stop_children, name="tao-stop-engine", daemon=True).start()
-        self.loader.cancel()  # type: ignore[union-attr]
+        if self.loader is not None:
+            self.loader.cancel()
 
     def action_keys(self) -> None:
         self.push_screen(KeysScreen())
@@ -393,7 +395,7 @@ class TaoApp(App[int]):
         if self.worker is not None:
             try:
                 await asyncio.wait_for(self.worker.wait(), timeout=15)
-            except Exception:  # noqa: BLE001 - leaving must not fail; the worker said what went wrong
+            except Exception:  # leaving must not fail; the worker said what went wrong
                 pass
         self.quitting = True
         if self.loader is not None and self.loader.is_running:
@@ -404,8 +406,8 @@ class TaoApp(App[int]):
         engine, self.engine = self.engine, None
         if engine is not None:
             try:
-                await asyncio.wait_for(engine.close(), timeout=30)  # type: ignore[attr-defined]
-            except Exception:  # noqa: BLE001 - leaving must not fail
+                await asyncio.wait_for(engine.close(), timeout=30)
+            except Exception:  # leaving must not fail
                 pass
         self.exit(0)
 
@@ -423,11 +425,11 @@ def resolve_resume(resume: str | None, repo: Path) -> Path | None:
         return path
     from harness.cli import state_dir
 
-    path = last_trajectory(state_dir() / "trajectories", repo)
-    if path is None:
+    last = last_trajectory(state_dir() / "trajectories", repo)
+    if last is None:
         raise UsageError(f"no saved session to resume in {state_dir() / 'trajectories'}; start one with `tao`")
-    load_saved(path)
-    return path
+    load_saved(last)
+    return last
 
 
 def sessions_to_pick(repo: Path) -> list[SavedSession]:

@@ -14,6 +14,7 @@ from harness.checkpoints import CheckpointError
 from tui.screens.diff import DiffScreen
 from tui.screens.keys import COMMANDS, KeysScreen
 from tui.widgets.conversation.pane import ConversationPane
+from tui.widgets.prompt.box import PromptBox
 
 if TYPE_CHECKING:
     from harness.session import Session
@@ -99,7 +100,7 @@ class Commands:
         session = self.idle("clear")
         if session is not None:
             session.clear()  # its context_clear event empties the pane
-            self.app.query_one("#prompt").waiting_for("task")  # type: ignore[attr-defined]
+            self.app.query_one("#prompt", PromptBox).waiting_for("task")
 
     def model(self) -> None:
         engine = self.app.options.engine

@@ -9,6 +9,7 @@ process inherits, points at the log while the app runs; errors name the log.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import time
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class EngineLog:
 
     path: Path
     file: TextIO
-    screen: TextIO
+    screen: io.TextIOWrapper  # what LinuxDriver writes to
 
 
 def log_path(state: Path) -> Path:
@@ -57,13 +58,13 @@ def stderr_to_log(path: Path) -> Iterator[EngineLog]:
             path.unlink()
 
 
-def screen_driver(screen: TextIO) -> type:
+def screen_driver(screen: io.TextIOWrapper) -> type:
     """Textual's Linux driver, drawing on `screen` instead of `sys.__stderr__` (which now writes to the log)."""
     from textual.drivers.linux_driver import LinuxDriver
 
     class ScreenDriver(LinuxDriver):
-        def __init__(self, *args: object, **kwargs: object) -> None:
-            super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
             self._file = screen  # the one place LinuxDriver takes its output stream from
 
     return ScreenDriver

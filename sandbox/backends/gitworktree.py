@@ -35,7 +35,7 @@ def unavailable(root: Path) -> str | None:
     if shutil.which("git") is None:
         return "git is not installed"
     try:
-        import git  # noqa: F401
+        import git
     except ImportError:
         return "gitpython is not installed (pip install gitpython)"
     dot_git = root / ".git"

@@ -6,8 +6,8 @@ open_by_handle_at escape), every mount call old and new, module and kexec loadin
 keyring, swap, reboot, the clocks, accounting, quotas and port I/O; and for sockets of AF_VSOCK, the
 one address family here that no network namespace confines. Where some of the real tree is only bound
 read-only (no overlay over it), AF_UNIX sockets are refused too: a daemon's socket there (docker's, a
-database's) would answer a bind-mounted path, while through an overlay it refuses. Syscalls of a foreign ABI (x32 and i386 on
-x86_64, arm32 on aarch64) get EPERM whatever they are, so no second table can bypass the first.
+database's) would answer a bind-mounted path, while through an overlay it refuses. Syscalls of a foreign ABI
+(x32 and i386 on x86_64, arm32 on aarch64) get EPERM whatever they are, so no second table can bypass the first.
 
 In a user namespace that maps only the caller's own ids ("user" mode), a chown or set*id to any other id
 fails with EINVAL, where a real run gets EPERM (a user) or succeeds (root): those calls are refused too
@@ -26,7 +26,8 @@ import fcntl
 import os
 import struct
 
-from .calls import PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, StepFailed, check, libc
+from .calls import (PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, StepFailed, check,
+                    libc)
 
 DENIED = ("open_by_handle_at", "name_to_handle_at", "mount", "umount2", "pivot_root", "fsopen", "fsconfig",
           "fsmount", "fspick", "move_mount", "open_tree", "open_tree_attr", "mount_setattr", "kexec_load",
@@ -99,14 +100,15 @@ def program(machine: str, *, unix_sockets: bool = True, notify: bool = False,
     families = [AF_VSOCK] if unix_sockets else [AF_VSOCK, AF_UNIX]
     steps += [("op", JEQ_K, 0, 1 + len(families), table["socket"]),  # not socket(): skip to the allow below
               ("op", LD_W_ABS, 0, 0, ARG0_OFFSET), *(("deny-if", "eq", family) for family in families),
-              ("op", RET_K, 0, 0, RET_ALLOW), ("op", RET_K, 0, 0, RET_USER_NOTIF if notify else RET_ERRNO | errno.EPERM)]
+              ("op", RET_K, 0, 0, RET_ALLOW),
+              ("op", RET_K, 0, 0, RET_USER_NOTIF if notify else RET_ERRNO | errno.EPERM)]
     deny = len(steps) - 1
     if deny > 255:
         raise StepFailed("seccomp", errno.E2BIG, f"the filter's jumps reach past 255 instructions ({deny})")
     code: list[tuple[int, int, int, int]] = []
     for at, step in enumerate(steps):
         if step[0] == "op":
-            code.append(tuple(step[1:]))  # type: ignore[arg-type]
+            code.append(tuple(step[1:]))
             continue
         skip = deny - at - 1
         test, k = step[1], step[2]

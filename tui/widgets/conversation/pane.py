@@ -95,9 +95,9 @@ class ConversationPane(VerticalScroll):
             case LLMEnd():
                 self.end_answer(prose(event.text))
             case ToolCall() if event.name != "finish":
-                entry = CallEntry(event)
-                self._calls[event.call_id] = entry
-                self.add(entry)
+                call = CallEntry(event)
+                self._calls[event.call_id] = call
+                self.add(call)
             case ToolResult() if (entry := self._calls.get(event.call_id)) is not None:
                 entry.finish(event)
             case Approval():

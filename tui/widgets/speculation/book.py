@@ -66,11 +66,11 @@ class Book:
             case SpecToggle():
                 self.enabled = event.enabled
             case SpecLaunch():
-                entry = Entry(event.spec_id, event.step, event.name, event.arguments, event.reason, event.moment)
-                self.entries[event.spec_id] = entry
+                started = Entry(event.spec_id, event.step, event.name, event.arguments, event.reason, event.moment)
+                self.entries[event.spec_id] = started
                 self.tools.setdefault(event.name, Tally()).launched += 1
                 self.launched += 1
-                return entry
+                return started
             case SpecReady() if (entry := self.entries.get(event.spec_id)) and entry.state == "running":
                 entry.state = "ready"
                 return entry

@@ -9,8 +9,8 @@ from typing import Any
 from rich.text import Text
 from textual.widgets import Static
 
-from harness.events import (Approval, ContextCompact, Event, Interrupt, LLMEnd, LLMStart, SessionEnd, SessionResume, SessionStart,
-                            ToolCall, ToolResult, TurnEnd, UserMessage)
+from harness.events import (Approval, ContextCompact, Event, Interrupt, LLMEnd, LLMStart, SessionEnd, SessionResume,
+                            SessionStart, ToolCall, ToolResult, TurnEnd, UserMessage)
 
 
 @dataclass
