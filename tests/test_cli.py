@@ -55,9 +55,11 @@ def test_limit_and_usage_exit_codes(tmp_path: Path) -> None:
     limited = tao("run", "--headless", "--engine", "replay", "--replay", str(EXAMPLES / "calc.replay.json"),
                   "--repo", str(repo), "--max-steps", "1", "--trajectory", str(tmp_path / "t.jsonl"), state=tmp_path)
     assert limited.returncode == 3 and "step limit of 1" in limited.stderr
-    missing = tao("run", "task", "--repo", str(tmp_path / "nope"), "--engine", "replay", "--replay", "x.json", state=tmp_path)
+    missing = tao("run", "task", "--repo", str(tmp_path / "nope"), "--engine", "replay", "--replay", "x.json",
+                  state=tmp_path)
     assert missing.returncode == 2 and "is not a directory" in missing.stderr
-    no_file = tao("run", "task", "--repo", str(repo), "--engine", "replay", "--replay", str(tmp_path / "x.json"), state=tmp_path)
+    no_file = tao("run", "task", "--repo", str(repo), "--engine", "replay", "--replay", str(tmp_path / "x.json"),
+                  state=tmp_path)
     assert no_file.returncode == 2 and "does not exist" in no_file.stderr
 
 
@@ -180,7 +182,8 @@ def test_the_approval_mode_is_chosen_on_the_command_line(tmp_path: Path) -> None
     result = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--headless", "--mode", "read-only",
                              "--engine", "replay", "--replay", str(EXAMPLES / "calc.replay.json"), "--repo", str(repo),
                              "--trajectory", str(trajectory)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "XDG_STATE_HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path / "config")})
+                            env={**os.environ, "XDG_STATE_HOME": str(tmp_path),
+                                 "XDG_CONFIG_HOME": str(tmp_path / "config")})
     [edit] = [e for e in read_trajectory(trajectory) if e.type == "approval"]  # only the edit needs one
     assert (edit.decision, edit.by) == ("deny", "read-only"), result.stderr
     assert "return a - b" in (repo / "calc" / "ops.py").read_text()

@@ -33,7 +33,8 @@ SPECS = tool_specs(default_tools())
 # would make warming moot, and which candidates the analyzer offers is not what these tests are about.
 NO_ACTIONS = Budget(min_probability=2.0)
 FIX = {"path": "calc/ops.py", "old": "    return a - b\n\n\ndef subtract", "new": "    return a + b\n\n\ndef subtract"}
-BREAK = {"path": "calc/ops.py", "old": "    return a + b\n\n\ndef subtract", "new": "    return a * b\n\n\ndef subtract"}
+BREAK = {"path": "calc/ops.py", "old": "    return a + b\n\n\ndef subtract",
+         "new": "    return a * b\n\n\ndef subtract"}
 TEST = ("run_tests", {"command": "python -m pytest -q -p no:asyncio -p no:hypothesispytest tests"})
 
 
@@ -67,7 +68,8 @@ PASSING_RERUN = [turn("edit_file", FIX), turn(*TEST), turn("write_file", {"path"
                  turn(*TEST), turn("finish", {"summary": "looked"})]
 
 
-async def run(engine, repo: Path, turns: list[Turn], *, warm: bool, provisional: bool = False) -> tuple[list[Event], Recorder]:
+async def run(engine, repo: Path, turns: list[Turn], *, warm: bool,
+              provisional: bool = False) -> tuple[list[Event], Recorder]:
     recorder = Recorder(engine)
     events: list[Event] = []
     session = Session("fix calc.add", ForcedReplayEngine(recorder, Recording(turns)), Workspace(repo), default_tools(),
@@ -113,7 +115,8 @@ async def test_a_matching_guess_is_warmed_and_reused(vllm_engine, tmp_path: Path
 
 async def test_a_wrong_guess_never_reaches_the_model(vllm_engine, tmp_path: Path) -> None:
     # The guess comes from a passing run; an edit then breaks the code, so the re-run prints a failure.
-    turns = [turn("edit_file", FIX), turn(*TEST), turn("edit_file", BREAK), turn(*TEST), turn("finish", {"summary": "broke"})]
+    turns = [turn("edit_file", FIX), turn(*TEST), turn("edit_file", BREAK), turn(*TEST),
+             turn("finish", {"summary": "broke"})]
     off, _ = await run(vllm_engine, make_calc_repo(tmp_path / "work"), turns, warm=False)
     (tmp_path / "work").rename(tmp_path / "off")
     on, recorder = await run(vllm_engine, make_calc_repo(tmp_path / "work"), turns, warm=True, provisional=True)

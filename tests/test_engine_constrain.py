@@ -35,7 +35,8 @@ def accepts(embedded_model: Path):
 
 @pytest.mark.parametrize("answer", [
     '<tool_call>{"name": "list_files", "arguments": {}}</tool_call>',
-    'Read it first.\n<tool_call>{"name": "read_file", "arguments": {"path": "calc/ops.py", "start_line": 2}}</tool_call>',
+    'Read it first.\n'
+    '<tool_call>{"name": "read_file", "arguments": {"path": "calc/ops.py", "start_line": 2}}</tool_call>',
     '<tool_call>{"name": "finish", "arguments": {"summary": "add now adds"}}</tool_call>',
     '<tool_call>{"name": "edit_file", "arguments": {"path": "a.py", "old": "a - b", "new": "a + b"}}</tool_call>',
 ])
@@ -66,7 +67,8 @@ def test_reasoning_is_bounded_and_calls_start_as_the_prompt_teaches() -> None:
         structural_tag([])
 
 
-@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\x00"), max_size=60))
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",), exclude_characters="\x00"),
+               max_size=60))
 @settings(max_examples=200, deadline=None)
 def test_a_forced_answer_regex_is_the_text_and_nothing_else(text: str) -> None:
     import xgrammar as xgr
@@ -79,6 +81,7 @@ def test_a_forced_answer_regex_is_the_text_and_nothing_else(text: str) -> None:
 def test_forcing_a_recorded_answer_draws_no_regex_warnings(capfd) -> None:
     import xgrammar as xgr
 
-    answer = 'I will run the tests.\n<tool_call>{"name": "run_tests", "arguments": {"command": "pytest -q #1 ~x"}}</tool_call>'
+    answer = ('I will run the tests.\n'
+              '<tool_call>{"name": "run_tests", "arguments": {"command": "pytest -q #1 ~x"}}</tool_call>')
     xgr.Grammar.from_regex(literal_regex(answer))
     assert "Warning" not in capfd.readouterr().err  # re.escape's '\ ', '\#', '\~' drew one line each

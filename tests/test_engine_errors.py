@@ -39,7 +39,8 @@ def test_missing_model_directory_is_reported(tmp_path: Path) -> None:
     assert model.resolve_model("Qwen/Qwen3-30B-A3B") == "Qwen/Qwen3-30B-A3B"  # a hub name goes to vLLM as is
 
 
-def test_finished_conversion_is_reused_without_reading_the_gguf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_finished_conversion_is_reused_without_reading_the_gguf(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     target = tmp_path / "models" / "m"
     target.mkdir(parents=True)
     (target / "config.json").write_text("{}")
@@ -76,7 +77,8 @@ def test_replay_engine_never_imports_vllm_or_httpx() -> None:
     code = ("import asyncio, sys, json\n"
             "from pathlib import Path\n"
             "from harness.engine.factory import EngineOptions, open_engine\n"
-            f"asyncio.run(open_engine(EngineOptions(kind='replay', replay=Path({str(EXAMPLES / 'calc.replay.json')!r}))))\n"
+            "asyncio.run(open_engine(EngineOptions(kind='replay', "
+            f"replay=Path({str(EXAMPLES / 'calc.replay.json')!r}))))\n"
             "print(json.dumps(['vllm' in sys.modules, 'httpx' in sys.modules, 'torch' in sys.modules]))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(out.stdout) == [False, False, False]

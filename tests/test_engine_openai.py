@@ -43,5 +43,6 @@ def test_streamed_native_call_fragments_are_merged() -> None:
     _merge_calls(calls, [{"index": 0, "function": {"name": "file", "arguments": '{"path": '}}])
     _merge_calls(calls, [{"index": 0, "function": {"arguments": '"a.py"}'}},
                          {"index": 1, "id": "call_b", "function": {"name": "finish", "arguments": "{}"}}])
-    assert calls[0] == {"id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}
+    assert calls[0] == {"id": "call_a", "type": "function",
+                        "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}
     assert calls[1]["function"]["name"] == "finish"

@@ -90,8 +90,10 @@ async def test_session_makes_a_parseable_tool_call_end_to_end(greedy, stable_par
 async def test_shared_long_prefix_reports_cached_prompt_tokens(vllm_engine) -> None:
     manual = "\n".join(f"Rule {i}: keep function {i} pure and documented." for i in range(120))
     prefix = [{"role": "system", "content": f"Project {uuid.uuid4().hex}.\n{manual}"}]
-    first = await collect(vllm_engine, LLMRequest(rid(), prefix + [{"role": "user", "content": "Rule 3?"}], max_tokens=2))
-    second = await collect(vllm_engine, LLMRequest(rid(), prefix + [{"role": "user", "content": "Rule 7?"}], max_tokens=2))
+    first = await collect(vllm_engine,
+                          LLMRequest(rid(), prefix + [{"role": "user", "content": "Rule 3?"}], max_tokens=2))
+    second = await collect(vllm_engine,
+                           LLMRequest(rid(), prefix + [{"role": "user", "content": "Rule 7?"}], max_tokens=2))
     cold, warm = first[1].usage, second[1].usage
     assert cold is not None and warm is not None
     assert cold.prompt_tokens > 1000 and cold.cached_tokens < 64
@@ -172,14 +174,17 @@ async def test_output_budget_is_trimmed_to_the_context(vllm_engine) -> None:
 
 async def test_session_over_the_context_stops_with_the_reason(vllm_engine, tmp_path: Path) -> None:
     task = "Fix add. " + "Context: the quick brown fox. " * 1500
-    session = Session(task, vllm_engine, Workspace(make_calc_repo(tmp_path)), default_tools(), SessionConfig(max_steps=2))
+    session = Session(task, vllm_engine, Workspace(make_calc_repo(tmp_path)), default_tools(),
+                      SessionConfig(max_steps=2))
     end = await session.run()
     assert end.status == "error" and "context" in end.reason and end.steps == 1
 
 
 FORCED = ['I will run the tests again, now that `add` adds.\n'
-          '<tool_call>{"name": "run_tests", "arguments": {"command": "python -m pytest -q tests/test_ops.py"}}</tool_call>',
-          'Ünïcødé “quotes”,\ttabs and  two spaces.\n<tool_call>{"name": "finish", "arguments": {"summary": "done"}}</tool_call>']
+          '<tool_call>{"name": "run_tests", "arguments": '
+          '{"command": "python -m pytest -q tests/test_ops.py"}}</tool_call>',
+          'Ünïcødé “quotes”,\ttabs and  two spaces.\n'
+          '<tool_call>{"name": "finish", "arguments": {"summary": "done"}}</tool_call>']
 
 
 @pytest.mark.parametrize("text", FORCED)
@@ -187,11 +192,13 @@ async def test_a_forced_answer_takes_its_own_tokens_even_beside_other_requests(v
     # A regex of the text let the model spell it in finer pieces (2.3 times the tokens over the recorded
     # sessions) and pick other pieces when the batch changed; forced token ids leave it one spelling.
     natural = vllm_engine.tokenizer.encode(text, add_special_tokens=False)
-    alone_text, alone = await collect(vllm_engine, LLMRequest(rid(), [{"role": "user", "content": "Go."}], 400, force=text))
+    alone_text, alone = await collect(vllm_engine,
+                                      LLMRequest(rid(), [{"role": "user", "content": "Go."}], 400, force=text))
     story = LLMRequest(rid(), [{"role": "user", "content": "Tell a very long story."}], max_tokens=2000)
     other = asyncio.create_task(collect(vllm_engine, story, ignore_eos=True))
     await asyncio.sleep(0.5)  # the other request is decoding when the forced one joins the batch
-    shared_text, shared = await collect(vllm_engine, LLMRequest(rid(), [{"role": "user", "content": "Go."}], 400, force=text))
+    shared_text, shared = await collect(vllm_engine,
+                                        LLMRequest(rid(), [{"role": "user", "content": "Go."}], 400, force=text))
     await vllm_engine.abort(story.request_id)
     await other
     for answer, last in ((alone_text, alone), (shared_text, shared)):
@@ -214,7 +221,8 @@ async def test_the_kv_cache_capacity_agrees_with_its_configured_size(vllm_engine
 
 async def test_a_regex_still_forces_the_characters_where_token_ids_cannot(vllm_engine) -> None:
     # The fallback for a text the tokenizer does not give back exactly: the characters, in whatever tokens.
-    text, last = await collect(vllm_engine, LLMRequest(rid(), [{"role": "user", "content": "Go."}], 400, force=FORCED[0]),
+    text, last = await collect(vllm_engine,
+                               LLMRequest(rid(), [{"role": "user", "content": "Go."}], 400, force=FORCED[0]),
                                force_regex=True)
     assert text == FORCED[0] and last.finish_reason == "stop"
 

@@ -22,7 +22,8 @@ from tests.test_tui_support import TASK, call, isolated, session_options  # noqa
 
 def sample_events() -> list[ev.Event]:
     return [
-        ev.SessionStart(0.0, "abc", "fix it", "/repo", "replay", ["grep", "read_file"], {"max_steps": 3}, "2026-01-01T00:00:00+00:00"),
+        ev.SessionStart(0.0, "abc", "fix it", "/repo", "replay", ["grep", "read_file"], {"max_steps": 3},
+                        "2026-01-01T00:00:00+00:00"),
         ev.LLMStart(0.1, 1, "abc-1", 2),
         ev.LLMFirstToken(0.2, 1, "abc-1"),
         ev.LLMEnd(0.5, 1, "abc-1", "text <tool_call>{}</tool_call>", None, "stop", 100, 60, 12, 0.1, 0.3),

@@ -107,15 +107,16 @@ def test_things_that_are_not_files_are_named_and_skipped(tmp_path: Path) -> None
     for src in (fifo, tmp_path):
         for fmt in (None, "tao", "swe-agent"):
             report = ImportReport()
-            sessions = fuzz_traces.guarded(fuzz_traces.Tally(), None, "import", None,
-                                           lambda: list(load_sessions(src, fmt, report)))
+            sessions = fuzz_traces.guarded(
+                fuzz_traces.Tally(), None, "import", None,
+                lambda src=src, fmt=fmt, report=report: list(load_sessions(src, fmt, report)))
             assert sessions == [], (src, fmt)
             assert f"{fifo}: not a regular file but a FIFO" in report.skipped, report.skipped
             if src == tmp_path:
                 assert any(line.startswith(f"{tmp_path / 'loop.traj'}: unreadable") for line in report.skipped)
     for path in (fifo, tmp_path / "folder.jsonl"):
         tally = fuzz_traces.Tally()  # counts what escapes, a hang included
-        fuzz_traces.guarded(tally, None, "read", None, lambda: read_trajectory(path))
+        fuzz_traces.guarded(tally, None, "read", None, lambda path=path: read_trajectory(path))
         assert tally.examples[0]["error"].startswith(
             f"EventDecodeError: {path}: cannot read the trajectory (not a regular file"), tally.examples
     tally = fuzz_traces.Tally()

@@ -21,7 +21,8 @@ def test_control_characters_from_the_model_and_tools_are_shown_escaped() -> None
 
 
 def test_call_arguments_show_numbers_and_booleans_bare_and_text_quoted() -> None:
-    line = HumanLog().format(ToolCall(1.0, 1, "c1", "read_file", {"path": "x", "start_line": 4, "whole": True,
-                                                                    "ratio": 0.5, "skip": None, "globs": ["*.py"]}, "pure"))
+    line = HumanLog().format(ToolCall(1.0, 1, "c1", "read_file",
+                                      {"path": "x", "start_line": 4, "whole": True, "ratio": 0.5, "skip": None,
+                                       "globs": ["*.py"]}, "pure"))
     assert line is not None
     assert "read_file(path='x', start_line=4, whole=True, ratio=0.5, skip=None, globs=[\"*.py\"])" in line

@@ -254,4 +254,5 @@ def test_another_agents_todo_list_and_subagent_calls_are_never_proposed_again() 
 def test_a_read_numbered_with_arrows_is_kept_as_the_files_text() -> None:
     from harness.speculation.state import plain_text
 
-    assert plain_text("     1\u2192def add(a, b):\n     2\u2192    return a - b\n") == "def add(a, b):\n    return a - b\n"
+    assert (plain_text("     1\u2192def add(a, b):\n     2\u2192    return a - b\n")
+            == "def add(a, b):\n    return a - b\n")

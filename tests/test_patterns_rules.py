@@ -8,7 +8,7 @@ from harness.speculation.extract import ReasoningFacts, path_mentions
 from harness.speculation.pattern_model import PatternModel
 from harness.speculation.patterns import Partial
 from harness.speculation.state import SessionState, listing_entries, split_test, tree_entries
-from tests.test_patterns_dataflow import Script, analyzer_after, candidate, find, read
+from tests.test_patterns_dataflow import Script, analyzer_after, find, read
 
 DJANGO_RUNNER = [{"runner": "./tests/runtests.py", "dotted": True, "share": 0.3},
                  {"runner": "pytest", "dotted": False, "share": 0.3}]
@@ -122,7 +122,8 @@ def test_a_runner_whose_folder_was_listed_without_its_script_is_not_proposed() -
     assert "test_in_sight" in found[canonical_bash("pytest tests/test_ops.py").key]
     listed = Script()
     listed.step("list_files", {}, "./\n  tests/\n    runtests.py\n    test_ops.py\n")
-    assert "test_in_sight" in keys(listed, test_runners=DJANGO_RUNNER)[canonical_bash("./tests/runtests.py test_ops").key]
+    key = canonical_bash("./tests/runtests.py test_ops").key
+    assert "test_in_sight" in keys(listed, test_runners=DJANGO_RUNNER)[key]
 
 
 def test_tao_list_files_trees_name_their_entries_from_the_workspace_root() -> None:

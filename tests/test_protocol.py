@@ -50,7 +50,8 @@ def test_name_is_reported_before_arguments_finish() -> None:
 
 
 def test_tags_split_across_chunks_are_not_leaked_as_text() -> None:
-    parser, events = feed_all(["look <tool", "_call>{\"name\": \"grep\", \"arguments\": {\"pattern\": \"x\"}}</tool", "_call>"])
+    parser, events = feed_all(["look <tool", "_call>{\"name\": \"grep\", \"arguments\": {\"pattern\": \"x\"}}</tool",
+                               "_call>"])
     assert parser.text == "look "
     assert [c.name for c in parser.calls] == ["grep"]
 
@@ -62,7 +63,8 @@ def test_angle_brackets_in_text_are_kept() -> None:
 
 
 def test_interleaved_text_and_two_calls() -> None:
-    text = 'one <tool_call>{"name":"a","arguments":{}}</tool_call> mid <tool_call>{"name":"b","arguments":{"x":1}}</tool_call> end'
+    text = ('one <tool_call>{"name":"a","arguments":{}}</tool_call> '
+            'mid <tool_call>{"name":"b","arguments":{"x":1}}</tool_call> end')
     parser, _ = feed_all(char_chunks(text))
     assert [(c.call_id, c.name, c.arguments) for c in parser.calls] == [("call_0", "a", {}), ("call_1", "b", {"x": 1})]
     assert parser.text == "one  mid  end"
@@ -76,7 +78,8 @@ def test_malformed_json_becomes_an_error_for_the_model() -> None:
 
 
 def test_missing_name_and_bad_arguments_are_explained() -> None:
-    _, events = feed_all(['<tool_call>{"arguments": {}}</tool_call><tool_call>{"name": "x", "arguments": [1]}</tool_call>'])
+    _, events = feed_all(['<tool_call>{"arguments": {}}</tool_call>'
+                          '<tool_call>{"name": "x", "arguments": [1]}</tool_call>'])
     errors = [e.error for e in events if isinstance(e, CallError)]
     assert '"name"' in errors[0]
     assert "JSON object" in errors[1]
@@ -117,7 +120,8 @@ def test_system_prompt_lists_every_tool_and_the_call_format() -> None:
 
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                           lambda inner: (st.lists(inner, max_size=3)
+                                          | st.dictionaries(st.text(max_size=8), inner, max_size=3)),
                            max_leaves=8)
 
 
@@ -149,7 +153,8 @@ def only_error(text: str) -> str:
 
 
 def test_unprintable_characters_in_a_name_are_escaped() -> None:
-    parser, events = feed_all(char_chunks('<tool_call>{"name": "read\\u001b[2J\\u0000\\u202e", "arguments": {}}</tool_call>'))
+    parser, events = feed_all(
+        char_chunks('<tool_call>{"name": "read\\u001b[2J\\u0000\\u202e", "arguments": {}}</tool_call>'))
     [name] = [e.name for e in events if isinstance(e, CallName)]
     assert name == parser.calls[0].name == "read\\x1b[2J\\x00\\u202e"
     assert "Invalid control character" in only_error('<tool_call>{"name": "read\x1bfile", "arguments": {}}</tool_call>')
@@ -158,9 +163,11 @@ def test_unprintable_characters_in_a_name_are_escaped() -> None:
 
 def test_deep_nesting_is_refused_in_the_call_and_in_arguments_given_as_a_string() -> None:
     deep = "[" * 5000 + "]" * 5000
-    assert "more than 64 levels deep" in only_error('<tool_call>{"name": "grep", "arguments": {"p": ' + deep + "}}</tool_call>")
+    assert "more than 64 levels deep" in only_error(
+        '<tool_call>{"name": "grep", "arguments": {"p": ' + deep + "}}</tool_call>")
     inner = json.dumps({"pattern": json.loads("[" * 100 + "]" * 100)})
-    assert "more than 64 levels deep" in only_error('<tool_call>{"name": "grep", "arguments": ' + json.dumps(inner) + "}</tool_call>")
+    assert "more than 64 levels deep" in only_error(
+        '<tool_call>{"name": "grep", "arguments": ' + json.dumps(inner) + "}</tool_call>")
     flat = json.loads("[" * 60 + "]" * 60)
     parser, _ = feed_all(['<tool_call>{"name": "grep", "arguments": ' + json.dumps({"p": flat}) + "}</tool_call>"])
     assert parser.calls[0].arguments == {"p": flat}
@@ -176,14 +183,16 @@ def test_numbers_json_does_not_allow_are_refused_and_say_what_to_write() -> None
 
 
 def test_a_lone_surrogate_is_refused_and_a_pair_is_kept() -> None:
-    assert "surrogate" in only_error('<tool_call>{"name": "read_file", "arguments": {"path": "a\\udc00.py"}}</tool_call>')
+    assert "surrogate" in only_error(
+        '<tool_call>{"name": "read_file", "arguments": {"path": "a\\udc00.py"}}</tool_call>')
     parser, _ = feed_all(['<tool_call>{"name": "read_file", "arguments": {"path": "\\ud83d\\ude00.py"}}</tool_call>'])
     assert parser.calls[0].arguments == {"path": "\U0001f600.py"}
 
 
 def test_a_huge_call_streamed_in_small_chunks_is_read_once() -> None:
     content = "x = 1\n" * 100_000
-    text = "I will write it. " + CALL.replace('"arguments": {', '"arguments": {"content": ' + json.dumps(content) + ", ")
+    text = "I will write it. " + CALL.replace('"arguments": {',
+                                              '"arguments": {"content": ' + json.dumps(content) + ", ")
     parser = CallParser()
     events = [event for start in range(0, len(text), 3) for event in parser.feed(text[start:start + 3])]
     events += parser.finish()

@@ -14,7 +14,7 @@ from tests.test_sandbox_support import make_repo, state_base, tree_state  # noqa
 
 
 @pytest.fixture(autouse=True)
-def private_state(state_base: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def private_state(state_base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TAO_OVERLAY_DIR", str(state_base))
 
 
@@ -48,7 +48,8 @@ def test_check_for_people(capsys: pytest.CaptureFixture[str]) -> None:
 def test_run_shows_output_and_what_would_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = make_repo(tmp_path / "ws")
     before = tree_state(root)
-    code = invoke("sandbox", "run", "--repo", str(root), "--", "sh", "-c", "echo out; echo x > made.txt; rm README.md; exit 4")
+    code = invoke("sandbox", "run", "--repo", str(root), "--",
+                  "sh", "-c", "echo out; echo x > made.txt; rm README.md; exit 4")
     captured = capsys.readouterr()
     assert code == 4
     assert captured.out == "out\n"
@@ -61,7 +62,8 @@ def test_run_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert invoke("sandbox", "run", "--json", "--repo", str(root), "--backend", "copy", "--", "touch", "t") == 0
     report = json.loads(capsys.readouterr().out)
     assert report["backend"] == "copy" and report["exit_code"] == 0
-    assert report["changes"] == [{"path": "t", "kind": "created", "type": "file", "source": report["changes"][0]["source"]}]
+    assert report["changes"] == [{"path": "t", "kind": "created", "type": "file",
+                                  "source": report["changes"][0]["source"]}]
 
 
 def test_run_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

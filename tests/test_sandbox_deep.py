@@ -19,7 +19,7 @@ NEST = f"import os\nfor _ in range({DEPTH}):\n    os.mkdir('d'); os.chdir('d')\n
 
 
 @pytest.fixture(params=VARIANTS)
-async def setup(request: pytest.FixtureRequest, tmp_path: Path, state_base: Path,  # noqa: F811
+async def setup(request: pytest.FixtureRequest, tmp_path: Path, state_base: Path,
                 monkeypatch: pytest.MonkeyPatch) -> tuple[Workspace, str, Path]:
     root = make_repo(tmp_path / "ws")
     backend = await usable(request.param, state_base, root, monkeypatch)
@@ -84,7 +84,7 @@ async def test_a_deep_leftover_is_swept_and_does_not_block_new_overlays(tmp_path
         assert (await overlay.run(["true"])).exit_code == 0
 
 
-async def test_deep_writes_outside_the_workspace_are_counted(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+async def test_deep_writes_outside_the_workspace_are_counted(tmp_path: Path, state_base: Path) -> None:
     workspace = Workspace(make_repo(tmp_path / "ws"))
     top = f"/tmp/tao-deep-{tmp_path.name}"
     script = f"import os\nos.mkdir({top!r}); os.chdir({top!r})\n" + NEST.split("\n", 1)[1]

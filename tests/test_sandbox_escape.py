@@ -32,7 +32,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 @pytest.fixture(params=MODES)
-async def setup(request: pytest.FixtureRequest, tmp_path: Path, state_base: Path,  # noqa: F811
+async def setup(request: pytest.FixtureRequest, tmp_path: Path, state_base: Path,
                 monkeypatch: pytest.MonkeyPatch) -> tuple[Workspace, Path]:
     """A fresh repo and the namespace mode under test (a kernel overlay needed: it is what runs as root)."""
     if os.geteuid() != 0:

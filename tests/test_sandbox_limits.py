@@ -27,7 +27,7 @@ def workspace(tmp_path: Path) -> Workspace:
     return Workspace(make_repo(tmp_path / "ws"))
 
 
-async def test_timeout_kills_the_whole_group(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_timeout_kills_the_whole_group(workspace: Workspace, state_base: Path) -> None:
     t = token()
     async with Overlay(workspace, state_dir=state_base) as overlay:
         result = await overlay.run(["sh", "-c", f"sleep {t} & sleep {t}; wait"], timeout=1.0)
@@ -35,7 +35,7 @@ async def test_timeout_kills_the_whole_group(workspace: Workspace, state_base: P
     assert await await_until(lambda: not processes_with(f"sleep {t}"))
 
 
-async def test_cancel_kills_the_whole_group(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_cancel_kills_the_whole_group(workspace: Workspace, state_base: Path) -> None:
     t = token()
     async with Overlay(workspace, state_dir=state_base) as overlay:
         task = asyncio.ensure_future(overlay.run(["sh", "-c", f"sleep {t} & sleep {t}; wait"]))
@@ -48,7 +48,7 @@ async def test_cancel_kills_the_whole_group(workspace: Workspace, state_base: Pa
 
 
 async def test_processes_that_leave_the_group_die_with_the_run(workspace: Workspace,
-                                                               state_base: Path) -> None:  # noqa: F811
+                                                               state_base: Path) -> None:
     if not (await detect(state_base)).pidns:
         pytest.skip("no pid namespace here: a process that calls setsid can outlive its run")
     t = token()
@@ -58,14 +58,14 @@ async def test_processes_that_leave_the_group_die_with_the_run(workspace: Worksp
     assert await await_until(lambda: not processes_with(f"sleep {t}"))
 
 
-async def test_cpu_limit(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_cpu_limit(workspace: Workspace, state_base: Path) -> None:
     async with Overlay(workspace, state_dir=state_base, limits=Limits(cpu_seconds=1)) as overlay:
         result = await overlay.run(["sh", "-c", "while :; do :; done"], timeout=60)
     assert not result.timed_out
     assert result.exit_code in (-24, -9)  # SIGXCPU at the soft limit, SIGKILL at the hard one
 
 
-async def test_memory_limit(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_memory_limit(workspace: Workspace, state_base: Path) -> None:
     """Pid 1 ends a run whose processes pass the memory limit (no rlimit: `ulimit -d` shows none)."""
     if not (await detect(state_base)).pidns:
         pytest.skip("no pid namespace here: no pid 1 watches the run's memory")
@@ -73,7 +73,8 @@ async def test_memory_limit(workspace: Workspace, state_base: Path) -> None:  # 
     grow = "import time\nb = bytearray(600 << 20)\ntime.sleep(60)\n"
     async with Overlay(workspace, state_dir=state_base, limits=limits) as overlay:
         big = await overlay.run([sys.executable, "-c", grow], timeout=120)
-        small = await overlay.run(["sh", "-c", f"ulimit -d; {sys.executable} -c \"b = bytearray(20 << 20); print('ok')\""])
+        small = await overlay.run(["sh", "-c",
+                                   f"ulimit -d; {sys.executable} -c \"b = bytearray(20 << 20); print('ok')\""])
     assert big.exit_code == -9 and not big.timed_out
     assert small.exit_code == 0 and small.text == "unlimited\nok\n"
 
@@ -89,7 +90,7 @@ def autogroup_nice(sid: int) -> int:
     return int(Path(f"/proc/{sid}/autogroup").read_text().split()[-1])
 
 
-async def test_low_priority_the_command_cannot_see(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_low_priority_the_command_cannot_see(workspace: Workspace, state_base: Path) -> None:
     """With autogroups the run's session is niced as a group, and the command's own nice is the caller's, as in
     a real run (`nice`, `ps -o ni` and /proc/self/stat print the same); without them the process is niced."""
     async with Overlay(workspace, state_dir=state_base) as overlay:
@@ -98,7 +99,7 @@ async def test_low_priority_the_command_cannot_see(workspace: Workspace, state_b
     assert int(result.text) == expected
 
 
-async def test_low_priority_holds_against_other_sessions(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_low_priority_holds_against_other_sessions(workspace: Workspace, state_base: Path) -> None:
     """With autogroups, a run's own session is niced as a group, or its nice would not count."""
     if not autogroups():
         pytest.skip("no scheduler autogroups on this kernel: the process nice is all there is")
@@ -107,7 +108,7 @@ async def test_low_priority_holds_against_other_sessions(workspace: Workspace, s
     assert result.text.split()[-1] == str(Limits().nice)
 
 
-async def test_no_network_but_loopback_works(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_no_network_but_loopback_works(workspace: Workspace, state_base: Path) -> None:
     if not (await detect(state_base)).netns:
         pytest.skip("no network namespace here: speculative runs keep the host network")
     script = ("import socket\n"
@@ -120,7 +121,7 @@ async def test_no_network_but_loopback_works(workspace: Workspace, state_base: P
     assert result.text == "['lo'] b'hi'\n", result.text
 
 
-async def test_tmp_writes_stay_in_the_run(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_tmp_writes_stay_in_the_run(workspace: Workspace, state_base: Path) -> None:
     """/tmp and /dev/shm are the real ones under a layer each run throws away: another overlay, the real /tmp
     and the next run never see what a run wrote there (and the run is tainted for it)."""
     if not (await detect(state_base)).mountns:
@@ -141,7 +142,7 @@ def nices_of(sid: int) -> set[int]:
     return {int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16]) for pid in session_pids(sid)}
 
 
-async def test_boost_lifts_a_run_to_tao_priority(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_boost_lifts_a_run_to_tao_priority(workspace: Workspace, state_base: Path) -> None:
     """A speculative run the real call now waits for gets the caller's nice back (root only)."""
     if os.geteuid() != 0:
         pytest.skip("lowering a nice value needs root (CAP_SYS_NICE); a normal user's runs stay niced")
@@ -162,7 +163,7 @@ async def test_boost_lifts_a_run_to_tao_priority(workspace: Workspace, state_bas
     assert lifted == (os.nice(0), {os.nice(0)})
 
 
-async def test_a_run_started_after_a_boost_is_not_niced(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_a_run_started_after_a_boost_is_not_niced(workspace: Workspace, state_base: Path) -> None:
     """A boost may come while a run is still setting up; runs from then on keep the caller's priority."""
     async with Overlay(workspace, state_dir=state_base) as overlay:
         overlay.boost()
@@ -170,7 +171,7 @@ async def test_a_run_started_after_a_boost_is_not_niced(workspace: Workspace, st
     assert result.text == f"{os.nice(0)}\n"
 
 
-async def test_an_interpreter_under_tmp_is_there_in_the_sandbox(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+async def test_an_interpreter_under_tmp_is_there_in_the_sandbox(tmp_path: Path, state_base: Path) -> None:
     """A checkout (and its venv) under /tmp: speculative runs still find the interpreter Tao runs them with."""
     if not str(tmp_path).startswith("/tmp/") or not (await detect(state_base)).mountns:
         pytest.skip("needs tmp_path under /tmp and a mount namespace (the sandbox's own /tmp)")

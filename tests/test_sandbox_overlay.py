@@ -16,7 +16,7 @@ from tests.test_sandbox_support import VARIANTS, make_repo, state_base, tree_sta
 
 
 @pytest.fixture(params=VARIANTS)
-async def setup(request: pytest.FixtureRequest, tmp_path: Path, state_base: Path,  # noqa: F811
+async def setup(request: pytest.FixtureRequest, tmp_path: Path, state_base: Path,
                 monkeypatch: pytest.MonkeyPatch) -> tuple[Workspace, str, Path]:
     """A fresh repo, and the backend under test (skipped if it does not work here)."""
     root = make_repo(tmp_path / "ws")
@@ -136,7 +136,7 @@ async def test_program_not_found_raises_like_the_workspace(setup: tuple[Workspac
         assert (await overlay.run(["true"])).exit_code == 0  # the overlay is still usable
 
 
-async def test_surface_matches_the_workspace(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+async def test_surface_matches_the_workspace(tmp_path: Path, state_base: Path) -> None:
     workspace = Workspace(make_repo(tmp_path / "ws"))
     async with workspace.overlay(state_dir=state_base) as overlay:
         assert isinstance(overlay, WorkspaceView) and isinstance(workspace, WorkspaceView)
@@ -151,7 +151,7 @@ async def test_surface_matches_the_workspace(tmp_path: Path, state_base: Path) -
         assert result.text == "in\nv\n"
 
 
-async def test_exit_status_and_signals_pass_through(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+async def test_exit_status_and_signals_pass_through(tmp_path: Path, state_base: Path) -> None:
     workspace = Workspace(make_repo(tmp_path / "ws"))
     async with Overlay(workspace, state_dir=state_base) as overlay:
         assert (await overlay.run(["sh", "-c", "exit 7"])).exit_code == 7
@@ -159,7 +159,7 @@ async def test_exit_status_and_signals_pass_through(tmp_path: Path, state_base: 
             ["sh", "-c", "kill -TERM $$"])).exit_code == -15
 
 
-async def test_concurrent_runs_in_one_overlay_take_turns(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+async def test_concurrent_runs_in_one_overlay_take_turns(tmp_path: Path, state_base: Path) -> None:
     workspace = Workspace(make_repo(tmp_path / "ws"))
     async with Overlay(workspace, state_dir=state_base) as overlay:
         results = await asyncio.gather(*(overlay.run(["sh", "-c", f"echo {i} >> log; cat log | wc -l"])
@@ -167,7 +167,7 @@ async def test_concurrent_runs_in_one_overlay_take_turns(tmp_path: Path, state_b
         assert sorted(r.text.strip() for r in results) == ["1", "2", "3"]
 
 
-async def test_overlays_are_independent(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+async def test_overlays_are_independent(tmp_path: Path, state_base: Path) -> None:
     workspace = Workspace(make_repo(tmp_path / "ws"))
     async with Overlay(workspace, state_dir=state_base) as a, Overlay(workspace, state_dir=state_base) as b:
         await a.run(["sh", "-c", "echo a > only-a"])
@@ -176,7 +176,7 @@ async def test_overlays_are_independent(tmp_path: Path, state_base: Path) -> Non
     assert not (workspace.root / "only-a").exists()
 
 
-async def test_discard_kills_a_running_command(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+async def test_discard_kills_a_running_command(tmp_path: Path, state_base: Path) -> None:
     from tests.test_sandbox_support import await_until, processes_with
 
     workspace = Workspace(make_repo(tmp_path / "ws"))
@@ -190,7 +190,7 @@ async def test_discard_kills_a_running_command(tmp_path: Path, state_base: Path)
     assert await await_until(lambda: not processes_with(f"sleep {token}"))
 
 
-async def test_unknown_backend_is_explained(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+async def test_unknown_backend_is_explained(tmp_path: Path, state_base: Path) -> None:
     from sandbox import BackendUnavailable
 
     workspace = Workspace(tmp_path)
@@ -204,7 +204,7 @@ BUSY = "import time\nstart = time.process_time()\nwhile time.process_time() - st
 WAIT = 3.0  # seconds a waiting run sleeps: were the wait counted, its cost would be at least this
 
 
-async def test_cpu_seconds_count_the_work_not_the_wait(tmp_path: Path, state_base: Path) -> None:  # noqa: F811
+async def test_cpu_seconds_count_the_work_not_the_wait(tmp_path: Path, state_base: Path) -> None:
     """A run's cost is the CPU it used. The waiting run is held against the time it waited, not against the busy
     run: starting a sandbox and an interpreter costs CPU too, and more of it on a busy machine (0.3 s seen)."""
     from tests.test_sandbox_support import await_until

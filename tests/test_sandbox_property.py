@@ -83,7 +83,7 @@ async def check(ops: list[str], backend: str, base: Path, template: Path) -> Non
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
-def test_overlay_is_invisible_and_faithful(variant: str, state_base: Path, tmp_path: Path,  # noqa: F811
+def test_overlay_is_invisible_and_faithful(variant: str, state_base: Path, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
     if variant in MODES:
         monkeypatch.setenv("TAO_SANDBOX_NAMESPACES", MODES[variant])

@@ -21,7 +21,7 @@ from tests.test_sandbox_support import make_repo, state_base, tree_state  # noqa
 
 
 @pytest.fixture
-async def workspace(tmp_path: Path, state_base: Path) -> Workspace:  # noqa: F811
+async def workspace(tmp_path: Path, state_base: Path) -> Workspace:
     """A fresh repo; the tests need the kernel overlay with its own namespaces."""
     caps = await detect(state_base)
     if caps.overlay_options is None:
@@ -29,14 +29,14 @@ async def workspace(tmp_path: Path, state_base: Path) -> Workspace:  # noqa: F81
     return Workspace(make_repo(tmp_path / "ws"))
 
 
-async def test_a_plain_run_in_the_workspace_is_not_tainted(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_a_plain_run_in_the_workspace_is_not_tainted(workspace: Workspace, state_base: Path) -> None:
     async with Overlay(workspace, state_dir=state_base) as overlay:
         result = await overlay.run(["sh", "-c", "echo new > made.txt; cat src/app.py; ls /tmp > /dev/null"])
         assert result.exit_code == 0, result.text
         assert overlay.taints() == []
 
 
-async def test_a_fixture_written_in_the_real_tmp_is_seen_inside(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_a_fixture_written_in_the_real_tmp_is_seen_inside(workspace: Workspace, state_base: Path) -> None:
     fixture = Path("/tmp") / f"tao-fixture-{uuid.uuid4().hex}"
     fixture.write_text("from an earlier call\n")
     try:
@@ -49,7 +49,7 @@ async def test_a_fixture_written_in_the_real_tmp_is_seen_inside(workspace: Works
 
 
 async def test_a_write_to_the_home_cache_works_taints_and_stays_inside(workspace: Workspace,
-                                                                       state_base: Path) -> None:  # noqa: F811
+                                                                       state_base: Path) -> None:
     target = Path.home() / ".cache" / f"tao-taint-{uuid.uuid4().hex}"
     try:
         async with Overlay(workspace, state_dir=state_base) as overlay:
@@ -65,7 +65,7 @@ async def test_a_write_to_the_home_cache_works_taints_and_stays_inside(workspace
             target.rmdir()
 
 
-async def test_a_write_to_tmp_taints_and_stays_inside(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_a_write_to_tmp_taints_and_stays_inside(workspace: Workspace, state_base: Path) -> None:
     name = f"/tmp/tao-taint-{uuid.uuid4().hex}"
     async with Overlay(workspace, state_dir=state_base) as overlay:
         result = await overlay.run(["sh", "-c", f"echo x > {name} && cat {name}"])
@@ -100,12 +100,13 @@ def outside_server() -> Iterator[int]:
     server.close()
 
 
-async def test_a_local_service_outside_taints_the_run(workspace: Workspace, state_base: Path,  # noqa: F811
+async def test_a_local_service_outside_taints_the_run(workspace: Workspace, state_base: Path,
                                                       outside_server: int) -> None:
     if not (await detect(state_base)).netns:
         pytest.skip("no network namespace here: the run reaches the real loopback")
-    quiet = ("import socket, sys\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=30).recv(6)\n"
-             "except OSError:\n    sys.exit(3)\n" % outside_server)  # says nothing: the counters must tell
+    quiet = ("import socket, sys\ntry:\n"
+             f"    socket.create_connection(('127.0.0.1', {outside_server}), timeout=30).recv(6)\n"
+             "except OSError:\n    sys.exit(3)\n")  # says nothing: the counters must tell
     async with Overlay(workspace, state_dir=state_base) as overlay:
         result = await overlay.run([sys.executable, "-c", quiet])
         assert result.exit_code == 3 and result.text == ""
@@ -113,7 +114,7 @@ async def test_a_local_service_outside_taints_the_run(workspace: Workspace, stat
     assert any("tried to reach the network" in t for t in taints), taints
 
 
-async def test_a_server_inside_the_run_is_not_a_taint(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_a_server_inside_the_run_is_not_a_taint(workspace: Workspace, state_base: Path) -> None:
     script = ("import socket\n"
               "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
               "c = socket.create_connection(s.getsockname()); a, _ = s.accept()\n"
@@ -125,7 +126,7 @@ async def test_a_server_inside_the_run_is_not_a_taint(workspace: Workspace, stat
         assert overlay.taints() == []
 
 
-async def test_a_run_out_of_memory_is_tainted(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_a_run_out_of_memory_is_tainted(workspace: Workspace, state_base: Path) -> None:
     limits = Limits(memory_bytes=200 << 20)
     async with Overlay(workspace, state_dir=state_base, limits=limits) as ended:
         result = await ended.run([sys.executable, "-c", "import time\nb = bytearray(600 << 20)\ntime.sleep(60)\n"],
@@ -139,14 +140,14 @@ async def test_a_run_out_of_memory_is_tainted(workspace: Workspace, state_base: 
         assert any("memory" in t.lower() for t in close.taints()), close.taints()
 
 
-async def test_a_small_run_under_the_same_limit_is_not_tainted(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_a_small_run_under_the_same_limit_is_not_tainted(workspace: Workspace, state_base: Path) -> None:
     async with Overlay(workspace, state_dir=state_base, limits=Limits(memory_bytes=200 << 20)) as overlay:
         result = await overlay.run([sys.executable, "-c", "b = bytearray(20 << 20); print('ok')"])
         assert result.text == "ok\n"
         assert overlay.taints() == []
 
 
-async def test_modifying_a_hard_linked_file_taints_the_run(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_modifying_a_hard_linked_file_taints_the_run(workspace: Workspace, state_base: Path) -> None:
     os.link(workspace.root / "README.md", workspace.root / "README.copy")
     before = tree_state(workspace.root)
     async with Overlay(workspace, state_dir=state_base) as overlay:
@@ -156,7 +157,7 @@ async def test_modifying_a_hard_linked_file_taints_the_run(workspace: Workspace,
     assert tree_state(workspace.root) == before
 
 
-async def test_a_timeout_and_a_cpu_limit_taint_the_run(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_a_timeout_and_a_cpu_limit_taint_the_run(workspace: Workspace, state_base: Path) -> None:
     async with Overlay(workspace, state_dir=state_base) as slow:
         result = await slow.run(["sleep", "60"], timeout=1.0)
         assert result.timed_out
@@ -167,7 +168,7 @@ async def test_a_timeout_and_a_cpu_limit_taint_the_run(workspace: Workspace, sta
         assert any("limit" in t for t in busy.taints()), busy.taints()
 
 
-async def test_taints_accumulate_over_runs_and_survive_discard(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_taints_accumulate_over_runs_and_survive_discard(workspace: Workspace, state_base: Path) -> None:
     overlay = await Overlay.create(workspace, state_dir=state_base)
     await overlay.run(["sh", "-c", "echo 'No space left on device' >&2"])
     await overlay.run(["true"])
@@ -176,7 +177,7 @@ async def test_taints_accumulate_over_runs_and_survive_discard(workspace: Worksp
     assert seen and overlay.taints() == seen
 
 
-async def test_the_copy_backend_without_namespaces_is_always_tainted(tmp_path: Path, state_base: Path,  # noqa: F811
+async def test_the_copy_backend_without_namespaces_is_always_tainted(tmp_path: Path, state_base: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TAO_SANDBOX_NAMESPACES", "none")
     workspace = Workspace(make_repo(tmp_path / "ws"))
@@ -185,7 +186,7 @@ async def test_the_copy_backend_without_namespaces_is_always_tainted(tmp_path: P
         assert any("cannot isolate" in t for t in overlay.taints()), overlay.taints()
 
 
-async def test_without_an_overlay_of_root_every_run_is_tainted(workspace: Workspace, state_base: Path,  # noqa: F811
+async def test_without_an_overlay_of_root_every_run_is_tainted(workspace: Workspace, state_base: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The fallback where / cannot be overlaid: the rest is read-only, /tmp private, and no run is trusted."""
     monkeypatch.setenv("TAO_SANDBOX_NAMESPACES", "auto")
@@ -201,7 +202,7 @@ async def test_without_an_overlay_of_root_every_run_is_tainted(workspace: Worksp
 
 
 async def test_with_capabilities_cut_instead_of_a_user_namespace_root_still_writes(
-        workspace: Workspace, state_base: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+        workspace: Workspace, state_base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fallback without a user namespace for the command: real root keeps only its file powers."""
     if os.geteuid() != 0:
         pytest.skip("the capability fallback is for real root")
@@ -218,11 +219,12 @@ async def test_with_capabilities_cut_instead_of_a_user_namespace_root_still_writ
     assert bounding == sum(1 << cap for cap in (0, 1, 3, 4, 5, 6, 7, 10))
 
 
-async def test_a_silently_refused_system_call_taints_the_run(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_a_silently_refused_system_call_taints_the_run(workspace: Workspace, state_base: Path) -> None:
     """A call the sandbox refuses (a real run as root may make it) taints the run even when nothing is printed."""
     script = ("import ctypes, os, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
               "buf = ctypes.create_string_buffer(136); buf[0:4] = (128).to_bytes(4, sys.byteorder)\n"
-              "mid = ctypes.c_int()\nsys.exit(0 if libc.name_to_handle_at(-100, b'/', buf, ctypes.byref(mid), 0) == 0 else 5)\n")
+              "mid = ctypes.c_int()\n"
+              "sys.exit(0 if libc.name_to_handle_at(-100, b'/', buf, ctypes.byref(mid), 0) == 0 else 5)\n")
     async with Overlay(workspace, state_dir=state_base) as overlay:
         result = await overlay.run([sys.executable, "-c", script])
         assert result.text == ""
@@ -230,7 +232,7 @@ async def test_a_silently_refused_system_call_taints_the_run(workspace: Workspac
     assert any("refused system calls" in t and "name_to_handle_at" in t for t in taints), (result.exit_code, taints)
 
 
-async def test_the_run_sees_the_same_resource_limits_as_a_real_run(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_the_run_sees_the_same_resource_limits_as_a_real_run(workspace: Workspace, state_base: Path) -> None:
     """The sandbox's own limits are watched from outside the run, not set as rlimits it could read."""
     real = await workspace.run(["sh", "-c", "ulimit -a"])
     async with Overlay(workspace, state_dir=state_base) as overlay:
@@ -239,7 +241,7 @@ async def test_the_run_sees_the_same_resource_limits_as_a_real_run(workspace: Wo
 
 
 async def test_the_workspace_directory_itself_looks_real_and_a_change_to_it_taints(
-        workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+        workspace: Workspace, state_base: Path) -> None:
     workspace.root.chmod(0o750)
     async with Overlay(workspace, state_dir=state_base) as looked:
         seen = await looked.run(["stat", "-c", "%a", "."])
@@ -252,7 +254,7 @@ async def test_the_workspace_directory_itself_looks_real_and_a_change_to_it_tain
 
 
 @pytest.fixture
-async def user_mode(workspace: Workspace, state_base: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:  # noqa: F811
+async def user_mode(workspace: Workspace, state_base: Path, monkeypatch: pytest.MonkeyPatch) -> Workspace:
     """The workspace, with the command in a user namespace that maps only its own ids (as for any user)."""
     monkeypatch.setenv("TAO_SANDBOX_NAMESPACES", "user")
     caps = await detect(state_base)
@@ -262,7 +264,7 @@ async def user_mode(workspace: Workspace, state_base: Path, monkeypatch: pytest.
 
 
 async def test_chown_to_an_id_the_user_namespace_cannot_map_is_refused_and_taints(
-        user_mode: Workspace, state_base: Path) -> None:  # noqa: F811
+        user_mode: Workspace, state_base: Path) -> None:
     """Inside, the kernel says EINVAL; a real run says EPERM (a user) or succeeds (root): never promoted."""
     async with Overlay(user_mode, state_dir=state_base) as overlay:
         result = await overlay.run(["sh", "-c", "chown 1234:1234 src/app.py; echo $?"])
@@ -272,7 +274,7 @@ async def test_chown_to_an_id_the_user_namespace_cannot_map_is_refused_and_taint
 
 
 async def test_chown_to_its_own_ids_and_setuid_unchanged_are_not_tainted(
-        user_mode: Workspace, state_base: Path) -> None:  # noqa: F811
+        user_mode: Workspace, state_base: Path) -> None:
     script = f"import os; os.chown('src/app.py', {os.getuid()}, -1); os.setresuid(-1, -1, -1); print('ok')"
     async with Overlay(user_mode, state_dir=state_base) as overlay:
         result = await overlay.run([sys.executable, "-c", script])
@@ -280,7 +282,7 @@ async def test_chown_to_its_own_ids_and_setuid_unchanged_are_not_tainted(
         assert overlay.taints() == []
 
 
-async def test_setuid_to_another_user_taints(user_mode: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_setuid_to_another_user_taints(user_mode: Workspace, state_base: Path) -> None:
     async with Overlay(user_mode, state_dir=state_base) as overlay:
         await overlay.run([sys.executable, "-c", "import os\ntry: os.setuid(4321)\nexcept OSError as e: print(e)"])
         taints = overlay.taints()
@@ -288,7 +290,7 @@ async def test_setuid_to_another_user_taints(user_mode: Workspace, state_base: P
 
 
 async def test_a_file_of_an_unmapped_owner_shows_as_nobody_and_taints(
-        user_mode: Workspace, state_base: Path) -> None:  # noqa: F811
+        user_mode: Workspace, state_base: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("giving a file to another owner needs root")
     os.chown(user_mode.root / "src" / "app.py", 4321, 4321)

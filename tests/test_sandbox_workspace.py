@@ -67,7 +67,7 @@ def test_git_objects_do_not_count(workspace: Workspace) -> None:
     assert workspace.refresh() == 1
 
 
-async def test_overlay_runs_are_not_outside_changes(workspace: Workspace, state_base: Path) -> None:  # noqa: F811
+async def test_overlay_runs_are_not_outside_changes(workspace: Workspace, state_base: Path) -> None:
     async with Overlay(workspace, state_dir=state_base) as overlay:
         result = await overlay.run(["sh", "-c", "for i in 1 2 3; do echo $i > f$i; done; rm -r src; chmod 700 run.sh"])
         assert result.exit_code == 0

@@ -21,12 +21,12 @@ from tests.helpers import EXAMPLES, make_calc_repo
 from tools import default_tools
 
 
-async def run(repo: Path, turns: list[str] | Recording, config: SessionConfig = SessionConfig(),
+async def run(repo: Path, turns: list[str] | Recording, config: SessionConfig | None = None,
               seconds_per_token: float = 0.0) -> tuple[SessionEnd, list[Event]]:
     recording = turns if isinstance(turns, Recording) else Recording([Turn(t) for t in turns])
     events: list[Event] = []
     session = Session("fix add", ReplayEngine(recording, seconds_per_token), Workspace(repo), default_tools(),
-                      config, [events.append])
+                      config or SessionConfig(), [events.append])
     return await session.run(), events
 
 
@@ -100,7 +100,8 @@ async def test_cancelled_session_still_records_its_end(tmp_path: Path) -> None:
 
 async def test_native_tool_calls_replay(tmp_path: Path) -> None:
     repo = make_calc_repo(tmp_path)
-    native = [{"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": json.dumps({"path": "calc/ops.py"})}}]
+    native = [{"id": "c1", "type": "function",
+               "function": {"name": "read_file", "arguments": json.dumps({"path": "calc/ops.py"})}}]
     finish = [{"id": "c2", "type": "function", "function": {"name": "finish", "arguments": '{"summary": "read"}'}}]
     end, events = await run(repo, Recording([Turn("", native), Turn("done", finish)]))
     assert end.status == "finished"
@@ -201,8 +202,9 @@ async def test_arguments_of_the_wrong_type_reach_the_tool_and_the_analyzer_witho
 
 async def test_a_nul_byte_in_a_path_is_an_error_the_model_reads(tmp_path: Path) -> None:
     repo = make_calc_repo(tmp_path)
-    turns = ["I will read calc/ops.py first.\n" + FINISH.replace('"finish", "arguments": {"summary": "done"}',
-                                                                 '"read_file", "arguments": {"path": "calc/\\u0000ops.py"}'),
+    turns = ["I will read calc/ops.py first.\n"
+             + FINISH.replace('"finish", "arguments": {"summary": "done"}',
+                              '"read_file", "arguments": {"path": "calc/\\u0000ops.py"}'),
              '<tool_call>{"name": "grep", "arguments": {"pattern": "add", "path": "calc\\u0000"}}</tool_call>',
              '<tool_call>{"name": "run_tests", "arguments": {"command": "pytest tests\\u0000"}}</tool_call>',
              '<tool_call>{"name": "bash", "arguments": {"command": "ls calc\\u0000"}}</tool_call>',
@@ -237,7 +239,8 @@ async def test_a_lone_surrogate_in_the_answer_text_does_not_break_the_trajectory
 
 async def test_every_native_call_is_answered_even_a_malformed_one(tmp_path: Path) -> None:
     repo = make_calc_repo(tmp_path)
-    calls = [{"id": "good", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "calc/ops.py"}'}},
+    calls = [{"id": "good", "type": "function",
+              "function": {"name": "read_file", "arguments": '{"path": "calc/ops.py"}'}},
              {"id": "bad", "type": "function", "function": {"name": "grep", "arguments": '{"pattern": '}},
              {"id": "deep", "type": "function", "function": {"name": "grep", "arguments": deep(5000)}},
              "not a call"]

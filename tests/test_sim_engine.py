@@ -73,7 +73,8 @@ def test_virtual_clock_stops_for_a_subprocess() -> None:
     async def main() -> tuple[bytes, float]:
         loop = asyncio.get_running_loop()
         start = loop.time()
-        process = await asyncio.create_subprocess_exec(sys.executable, "-c", "import time; time.sleep(0.3); print('out')",
+        process = await asyncio.create_subprocess_exec(sys.executable, "-c",
+                                                       "import time; time.sleep(0.3); print('out')",
                                                        stdout=asyncio.subprocess.PIPE)
         out, _ = await asyncio.wait_for(process.communicate(), timeout=5)
         return out, loop.time() - start

@@ -24,7 +24,8 @@ from tests.helpers import EXAMPLES, make_calc_repo
 from tools import default_tools
 
 FIX = {"path": "calc/ops.py", "old": "    return a - b\n\n\ndef subtract", "new": "    return a + b\n\n\ndef subtract"}
-BREAK = {"path": "calc/ops.py", "old": "    return a + b\n\n\ndef subtract", "new": "    return a - b\n\n\ndef subtract"}
+BREAK = {"path": "calc/ops.py", "old": "    return a + b\n\n\ndef subtract",
+         "new": "    return a - b\n\n\ndef subtract"}
 CALLS = [
     ("run_tests", {}),
     ("run_tests", {"command": "python -m pytest -q tests/test_ops.py::test_add"}),
@@ -68,7 +69,8 @@ async def run(repo: Path, recording: Recording, speculate: bool, external: set[i
     return events
 
 
-async def both(tmp_path: Path, recording: Recording, external: set[int] = frozenset()) -> tuple[list[Event], list[Event]]:
+async def both(tmp_path: Path, recording: Recording,
+               external: set[int] = frozenset()) -> tuple[list[Event], list[Event]]:
     # Both runs use the same path: test output names it.
     repo = make_calc_repo(tmp_path / "work")
     off = await run(repo, recording, False, set(external))

@@ -42,12 +42,13 @@ class ScriptedAnalyzer:
         return out
 
 
-def make(repo: Path, *calls: tuple[str, dict[str, Any]], budget: Budget = Budget()) -> tuple[SpeculationScheduler, list[Event]]:
+def make(repo: Path, *calls: tuple[str, dict[str, Any]],
+         budget: Budget | None = None) -> tuple[SpeculationScheduler, list[Event]]:
     events: list[Event] = []
     tools = {tool.name: tool for tool in default_tools()}
     start = time.monotonic()
     scheduler = SpeculationScheduler(Workspace(repo), tools, ScriptedAnalyzer(*calls), events.append,
-                                     lambda: time.monotonic() - start, budget)
+                                     lambda: time.monotonic() - start, budget or Budget())
     return scheduler, events
 
 
@@ -188,7 +189,8 @@ async def test_a_failed_run_is_a_guess_of_its_output_only_until_the_tree_changes
     repo = make_calc_repo(tmp_path)
     scheduler, _ = make(repo)
     workspace = scheduler.workspace
-    test, lint = ParsedCall("c1", "run_tests", {"command": "pytest"}), ParsedCall("c2", "run_tests", {"command": "lint"})
+    test = ParsedCall("c1", "run_tests", {"command": "pytest"})
+    lint = ParsedCall("c2", "run_tests", {"command": "lint"})
     for call, code in ((test, 1), (lint, 0)):
         scheduler.observe(ToolCall(0.0, 1, call.call_id, call.name, call.arguments, "sandboxed"))
         scheduler.observe(ToolResult(0.1, 1, call.call_id, call.name, f"exit {code}", exit_code=code,
@@ -230,7 +232,8 @@ async def test_a_discarded_run_costs_the_cpu_it_used_not_the_time_it_waited(tmp_
     """Speculative runs are niced: beside other work the busy one may take long to use 0.5 s, so it is waited for
     on that condition with a deadline no busy machine reaches, never for a fixed number of polls."""
     repo = make_calc_repo(tmp_path)
-    busy = "python3 -c 'import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\ntime.sleep(986)'"
+    busy = ("python3 -c 'import time\nt = time.process_time()\n"
+            "while time.process_time() - t < 0.5: pass\ntime.sleep(986)'")
     scheduler, events = make(repo, ("run_tests", {"command": "sleep 987.5"}), ("run_tests", {"command": busy}),
                              budget=Budget(max_sandboxed=2))
     waiting, working = scheduler.launch("a", 1)

@@ -61,8 +61,8 @@ BAD_PATCH = """diff --git a/tests/test_ops.py b/tests/test_ops.py
 @@ -1,3 +1,4 @@
 -from mathlib.ops import subtract
 +from mathlib.ops import subtract, divide
- 
- 
+\x20
+\x20
  def test_subtract():
 """
 IDS = ("acme__mathlib-1", "acme__mathlib-2", "acme__missing-3", "acme__mathlib-4", "acme__mathlib-5",

@@ -80,7 +80,8 @@ async def test_stdin_is_empty_and_output_lookalikes_are_harmless(bash, ws):
 
 
 async def test_environment_is_non_interactive_friendly(bash, ws):
-    obs = await sh(bash, ws, "echo $TERM $PAGER $GIT_PAGER; [[ $- == *i* ]] && echo interactive; [[ $- == *m* ]] && echo jobs")
+    obs = await sh(bash, ws, "echo $TERM $PAGER $GIT_PAGER; "
+                             "[[ $- == *i* ]] && echo interactive; [[ $- == *m* ]] && echo jobs")
     assert obs.text == "dumb cat cat\ninteractive\njobs"
 
 
@@ -105,7 +106,8 @@ async def test_commands_get_default_sigint_when_tao_was_started_with_it_ignored(
     finally:
         signal.signal(signal.SIGINT, previous)
     try:
-        obs = await sh(tool, ws, f"{shlex.quote(sys.executable)} -c 'import signal; print(signal.getsignal(signal.SIGINT))'")
+        obs = await sh(tool, ws,
+                       f"{shlex.quote(sys.executable)} -c 'import signal; print(signal.getsignal(signal.SIGINT))'")
         assert obs.text == "<built-in function default_int_handler>"
     finally:
         tool.close()

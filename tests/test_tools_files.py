@@ -80,7 +80,8 @@ async def test_read_long_file_shows_first_2000_lines(ws):
     put(ws, "long.txt", "".join(f"{n}\n" for n in range(1, 5001)))
     obs = await run_tool(ReadFile(), {"path": "long.txt"}, ws)
     assert obs.text.splitlines()[-2] == "  2000\t2000"
-    assert obs.text.endswith("[showing lines 1-2000 of 5000; pass start_line/end_line for more (next: start_line=2001)]")
+    assert obs.text.endswith("[showing lines 1-2000 of 5000; "
+                             "pass start_line/end_line for more (next: start_line=2001)]")
     rest = await run_tool(ReadFile(), {"path": "long.txt", "start_line": 4999}, ws)
     assert rest.text == "  4999\t4999\n  5000\t5000\n[showing lines 4999-5000 of 5000]"
 
@@ -183,7 +184,8 @@ SOURCE = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b
 
 async def test_edit_replaces_and_shows_numbered_context(ws):
     put(ws, "calc.py", SOURCE)
-    obs = await run_tool(EditFile(), {"path": "calc.py", "old": "    return a - b", "new": "    # minus\n    return a - b"}, ws)
+    obs = await run_tool(EditFile(), {"path": "calc.py", "old": "    return a - b",
+                                      "new": "    # minus\n    return a - b"}, ws)
     assert not obs.is_error
     assert (ws.root / "calc.py").read_text() == SOURCE.replace("    return a - b", "    # minus\n    return a - b")
     assert obs.text.startswith("Edited calc.py: replaced lines 6-6 with lines 6-7. Lines 3-7 now read:\n")
@@ -256,7 +258,8 @@ async def test_edit_argument_errors(ws):
 
 async def test_edit_delete_text(ws):
     put(ws, "calc.py", SOURCE)
-    obs = await run_tool(EditFile(), {"path": "calc.py", "old": "\n\ndef sub(a, b):\n    return a - b\n", "new": ""}, ws)
+    obs = await run_tool(EditFile(), {"path": "calc.py", "old": "\n\ndef sub(a, b):\n    return a - b\n", "new": ""},
+                         ws)
     assert not obs.is_error and "deleted text from lines" in obs.text
     assert (ws.root / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
 
@@ -302,7 +305,8 @@ async def test_outline_nests_methods_and_includes_decorators_and_async(ws):
 
 
 async def test_outline_survives_syntax_errors(ws):
-    put(ws, "broken.py", "def ok():\n    pass\n\ndef broken(:\n    pass\n\nclass Fine:\n    def m(self):\n        pass\n")
+    put(ws, "broken.py",
+        "def ok():\n    pass\n\ndef broken(:\n    pass\n\nclass Fine:\n    def m(self):\n        pass\n")
     obs = await run_tool(Outline(), {"path": "broken.py"}, ws)
     assert not obs.is_error
     assert "syntax errors" in obs.text

@@ -141,7 +141,8 @@ async def test_match_cap_and_total(repo):
     lines = obs.text.splitlines()
     assert len(lines) == 201
     assert lines[0] == "many.txt:1:needle 0" and lines[199] == "many.txt:200:needle 199"
-    assert lines[200] == "[showing the first 200 of 300 matching lines; narrow the pattern, path or glob to see the rest]"
+    assert lines[200] == ("[showing the first 200 of 300 matching lines; "
+                          "narrow the pattern, path or glob to see the rest]")
     assert obs.data["matches"] == 300
 
 

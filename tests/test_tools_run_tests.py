@@ -51,7 +51,8 @@ def test_detect_prefers_the_workspace_venv(tmp_path):
 
 def test_mask_durations():
     assert mask_durations("1 failed, 2 passed in 0.12s\n") == "1 failed, 2 passed in <time>\n"
-    assert mask_durations("==== 3 passed, 1 warning in 65.20s (0:01:05) ====") == "==== 3 passed, 1 warning in <time> ===="
+    assert (mask_durations("==== 3 passed, 1 warning in 65.20s (0:01:05) ====")
+            == "==== 3 passed, 1 warning in <time> ====")
     assert mask_durations("no tests ran in 0.01s") == "no tests ran in <time>"
     assert mask_durations("assert 'ran in 3s' == x") == "assert 'ran in 3s' == x"  # not a summary line
     assert mask_durations("test result: ok. 2 passed; 0 failed; finished in 0.00s") == \

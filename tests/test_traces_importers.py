@@ -88,7 +88,8 @@ def test_mini_swe_agent_2_reads_the_parsed_actions_whatever_the_message_shape(pa
     assert detect(path) == "mini-swe-agent"
     (session,), report = only(path)
     assert report.skipped == []
-    assert session.events[0].task == "`calc.add(2, 3)` returns -1 instead of 5." and session.events[0].repo == "/testbed"
+    assert session.events[0].task == "`calc.add(2, 3)` returns -1 instead of 5."
+    assert session.events[0].repo == "/testbed"
     made = calls(session.events)
     assert [c.arguments.get("command") for c in made[:-1]] == [
         "ls", "cat calc/ops.py", "python -m pytest tests/test_ops.py -q", "sed -i 's/a - b/a + b/' calc/ops.py",
@@ -151,7 +152,8 @@ def test_swe_agent_editor_calls_in_a_function_calling_history_keep_their_options
                {"role": "tool", "content": "Here's the files and directories up to 2 levels deep in /testbed, ..."},
                call(2, {"command": "view", "path": "/testbed/calc/ops.py", "view_range": [1, 20]}),
                {"role": "tool", "content": "     1\tdef add(a, b):"},
-               call(3, {"command": "str_replace", "path": "/testbed/calc/ops.py", "old_str": "a - b", "new_str": "a + b"}),
+               call(3, {"command": "str_replace", "path": "/testbed/calc/ops.py",
+                        "old_str": "a - b", "new_str": "a + b"}),
                {"role": "tool", "content": "The file /testbed/calc/ops.py has been edited."}]
     path = tmp_path / "history.traj"
     path.write_text(json.dumps({"history": history, "info": {}}))

@@ -95,7 +95,8 @@ async def test_clear_model_compact_help_and_unknown_commands(isolated: Path) -> 
         await type_line(pilot, "/model")
         assert "Engine: replay (--engine replay" in said(app) and "--base-url" in said(app)
         await type_line(pilot, "/frobnicate now")
-        assert "Unknown command /frobnicate. Commands: /help, /diff, /undo, /clear, /model, /compact, /resume" in said(app)
+        assert ("Unknown command /frobnicate. Commands: /help, /diff, /undo, /clear, /model, /compact, /resume"
+                in said(app))
         await pilot.press(*"/he", "tab")  # Tab completes a command
         assert app.query_one("#prompt").value == "/help"
         await pilot.press("enter")
