@@ -25,7 +25,8 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--replay", type=Path, help="trajectory .jsonl or JSON turn script for --engine replay; with --engine vllm, "
                             "its answers are forced token by token through the real engine")
     group.add_argument("--seconds-per-token", type=float, default=EngineOptions.seconds_per_token,
-                       help=f"replay pacing: simulated seconds per output token (default {EngineOptions.seconds_per_token:g})")
+                       help="replay pacing: simulated seconds per output token "
+                            f"(default {EngineOptions.seconds_per_token:g})")
     group.add_argument("--no-constrain", action="store_true",
                        help="do not constrain decoding to well-formed calls (for strong models)")
     group.add_argument("--max-model-len", type=int,

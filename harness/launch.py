@@ -40,9 +40,9 @@ class SessionOptions:
 
     repo: Path = Path(".")
     """The repository to work in (the front ends open the workspace on it)."""
-    engine: EngineOptions = EngineOptions()
+    engine: EngineOptions = field(default_factory=EngineOptions)
     """Which engine to open and how (front ends that open their own engine)."""
-    config: SessionConfig = SessionConfig()
+    config: SessionConfig = field(default_factory=SessionConfig)
     """The limits: model turns, wall-clock seconds per user message, output tokens per turn."""
     approvals: ApprovalPolicy | None = None
     """Judges shell commands and edits before they run; None: every call runs without asking (batch runs and
