@@ -1,7 +1,7 @@
 """The LLM-Tool co-scheduler: every request of every session passes through it on its way to one engine.
 
     cosched = CoScheduler(engine, Pacing(knee=8, kv_tokens=46_000, max_wait=120.0))
-    session = Session(task, cosched.engine_for("s1"), workspace, tools, ...)   # Session needs no change
+    session = open_session(options, task, cosched.engine_for("s1"), workspace)   # Session needs no change
 
 Each session gets an Engine of its own (`engine_for`) whose `stream` waits for admission, sends the
 request to the shared engine with the priority it was given, and reports back when it ends; a reader

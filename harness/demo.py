@@ -138,7 +138,7 @@ class DemoLog(HumanLog):
 
 def run_headless(args: argparse.Namespace, plan: DemoPlan) -> int:
     """Run the plan with the human log on stderr, then say what it showed and how to go on."""
-    from harness.cli import EXIT_CODES, run_session
+    from harness.headless import EXIT_CODES, run_session
 
     print(f"Tao demo in {plan.repo} (a fresh copy of examples/calc).\n{plan.answers}\n{plan.approvals}",
           file=sys.stderr, flush=True)

@@ -1,7 +1,7 @@
 """What an interactive front end (the TUI) needs from the harness: open a session, resume one, find the last.
 
-    options = SessionOptions.from_args(args, repo)          # the `tao` command's flags
-    async with open_session(options, task=..., sinks=[...], ask=...) as live:
+    options = SessionOptions.from_args(args, repo)          # the `tao` command's flags (harness.launch)
+    async with open_live_session(options, task=..., sinks=[...], ask=...) as live:
         await live.session.run()                              # live.session.send / interrupt / stop
 
 The session is interactive (it waits for follow-up messages), writes its trajectory as it runs, asks
@@ -11,16 +11,15 @@ through `ask` before shell commands that may change the workspace, and sends `ll
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.approval import ApprovalPolicy, Ask, load_policy
+from harness.approval import Ask
 from harness.checkpoints import CheckpointError, Checkpoints
 from harness.engine.base import engine_load
 from harness.engine.factory import EngineOptions, open_engine
@@ -30,38 +29,14 @@ from harness.events import SessionStart, TrajectoryWriter, never_started
 from harness.history import (choose_session, last_session, load_saved, new_trajectory, saved_sessions,
                              session_repo)
 from harness.saved import summarize
-from harness.session import EventSink, Session, SessionConfig
+from harness.launch import SessionOptions, open_session, session_patterns
+from harness.session import EventSink, Session
+from harness.state import default_trajectory_path, state_dir
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
 from tools import default_tools
 
 _log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SessionOptions:
-    """How to run sessions, from the command line."""
-
-    repo: Path
-    engine: EngineOptions
-    config: SessionConfig
-    approvals: ApprovalPolicy
-    speculation: bool = True
-    patterns: Path | None = None
-    warm: bool = True
-    provisional: bool = False
-    test_command: str | None = None
-    trajectory: Path | None = None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, repo: Path) -> SessionOptions:
-        """Options from `tao`'s session and engine flags (see harness.cli)."""
-        from harness.cli import engine_options
-
-        config = SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time, max_tokens=args.max_tokens)
-        return cls(repo, engine_options(args), config, load_policy(repo, args.yolo, args.mode),
-                   not args.no_speculation, args.patterns, not args.no_warm, args.provisional,
-                   args.test_command, args.trajectory)
 
 
 @dataclass(frozen=True)
@@ -74,14 +49,12 @@ class LiveSession:
 
 
 @asynccontextmanager
-async def open_session(options: SessionOptions, *, task: str = "", resume: Path | None = None,
-                       sinks: list[EventSink] | None = None, live_sinks: list[EventSink] | None = None,
-                       ask: Ask | None = None, engine: Any = None) -> AsyncIterator[LiveSession]:
+async def open_live_session(options: SessionOptions, *, task: str = "", resume: Path | None = None,
+                            sinks: list[EventSink] | None = None, live_sinks: list[EventSink] | None = None,
+                            ask: Ask | None = None, engine: Any = None) -> AsyncIterator[LiveSession]:
     """An interactive session on a new task, or on a saved one (`resume`); everything closed afterwards.
 
     With `engine` (already started, e.g. at the front end's launch) the session runs on it and leaves it open."""
-    from harness.cli import default_trajectory_path, session_patterns
-
     history = load_saved(resume) if resume is not None else None
     trajectory = resume or new_trajectory(options.trajectory or default_trajectory_path())
     start = next((e for e in history or [] if isinstance(e, SessionStart)), None)
@@ -95,11 +68,8 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
     workspace = Workspace(repo)
     checkpoints = await open_checkpoints(repo, writer.path.stem)
     try:
-        session = Session(start.task if start else task, engine, workspace,
-                          default_tools(test_command=options.test_command), options.config,
-                          [writer.write, *(sinks or [])], analyzer=analyzer, warm=options.warm,
-                          provisional=options.provisional, approval=options.approvals.with_ask(ask),
-                          interactive=True, live_sinks=live_sinks)
+        session = open_session(replace(options, interactive=True), start.task if start else task, engine, workspace,
+                               [writer.write, *(sinks or [])], analyzer=analyzer, ask=ask, live_sinks=live_sinks)
         session.speculating = options.speculation  # the switch starts where --no-speculation puts it
         session.checkpoints = checkpoints
         if history is not None:
@@ -116,8 +86,6 @@ async def open_session(options: SessionOptions, *, task: str = "", resume: Path 
 
 async def open_checkpoints(repo: Path, name: str) -> Checkpoints | None:
     """The store of the work tree's checkpoints (for /undo and /diff); None, with a warning, when git cannot keep one."""
-    from harness.cli import state_dir
-
     try:
         return await asyncio.to_thread(Checkpoints.open, repo, state_dir() / "checkpoints", name)
     except (CheckpointError, OSError) as exc:
@@ -165,8 +133,6 @@ def record_failed_start(options: SessionOptions, task: str, reason: str, status:
 
     The task the user typed is kept, and `tao --resume` can reopen it once the engine works. It goes to the
     state folder even with --trajectory, which stays free for the session a retry may start."""
-    from harness.cli import default_trajectory_path
-
     path = new_trajectory(default_trajectory_path())
     tools = sorted(tool.name for tool in default_tools(test_command=options.test_command))
     config = {"max_steps": options.config.max_steps, "max_seconds": options.config.max_seconds,

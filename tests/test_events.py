@@ -15,7 +15,8 @@ import pytest
 
 from harness import events as ev
 from harness.errors import UsageError
-from harness.interactive import SessionOptions, open_session
+from harness.interactive import open_live_session
+from harness.launch import SessionOptions
 from tests.helpers import ROOT, make_calc_repo
 from tests.test_tui_support import TASK, call, isolated, session_options  # noqa: F401 - isolated is a fixture
 
@@ -120,8 +121,8 @@ async def wait_for(done: Callable[[], bool], what: str, seconds: float = 300.0) 
 async def run_saved(options: SessionOptions, path: Path, resume: bool) -> list[ev.Event]:
     """A session through the path the TUI takes (new, or resumed from `path`): one turn, then stopped."""
     events: list[ev.Event] = []
-    async with open_session(options, task="" if resume else TASK, resume=path if resume else None,
-                            sinks=[events.append]) as live:
+    async with open_live_session(options, task="" if resume else TASK, resume=path if resume else None,
+                                 sinks=[events.append]) as live:
         running = asyncio.create_task(live.session.run())
         if resume:
             await wait_for(lambda: any(e.type == "session_resume" for e in events), "the resumed session")
@@ -234,7 +235,7 @@ async def test_the_tui_resume_of_a_damaged_trajectory_is_a_usage_error(isolated:
         with pytest.raises(UsageError, match=re.escape(says)):
             resolve_resume(str(path), options.repo)
         with pytest.raises(UsageError, match=re.escape(says)):
-            async with open_session(options, resume=path):
+            async with open_live_session(options, resume=path):
                 pass
     os.mkfifo(saved["middle"][0].with_name("newest-fifo.jsonl"))  # neither it nor a broken link stops the search
     saved["middle"][0].with_name("newest-link.jsonl").symlink_to(isolated / "gone.jsonl")

@@ -172,7 +172,7 @@ def test_a_gzipped_model_is_the_same_bytes_every_time_and_loads_back(tmp_path: P
 
 def test_tao_ships_a_learned_model_and_a_users_own_comes_first(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.cli import load_patterns
+    from harness.launch import load_patterns
     from harness.speculation.pattern_model import SHIPPED_MODEL, default_model_path
     from harness.speculation.scheduler import Budget
 

@@ -14,7 +14,7 @@ import pytest
 
 from harness.cli import build_parser
 from harness.events import LLMStart, SessionEnd, SessionStart, TrajectoryWriter, read_trajectory
-from harness.interactive import SessionOptions
+from harness.launch import SessionOptions
 from tests.helpers import ROOT, make_calc_repo
 from tests.test_tui_support import TASK, TURNS, event_types, isolated, session_options, until  # noqa: F401
 from tui.app import TaoApp

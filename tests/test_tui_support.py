@@ -10,7 +10,7 @@ import pytest
 from textual.pilot import Pilot
 
 from harness.cli import build_parser
-from harness.interactive import SessionOptions
+from harness.launch import SessionOptions
 from tests.helpers import make_calc_repo
 from tui.app import TaoApp
 

@@ -32,9 +32,11 @@ from harness.engine.factory import open_engine
 from harness.errors import TaoError, UsageError
 from harness.events import Event, SessionEnd, read_trajectory
 from harness.history import LAST, choose_session, load_saved
-from harness.interactive import (LiveSession, SessionOptions, describe_engine, engine_status, killed_session,
-                                 last_trajectory, open_session, record_failed_start)
+from harness.interactive import (LiveSession, describe_engine, engine_status, killed_session, last_trajectory,
+                                 open_live_session, record_failed_start)
+from harness.launch import SessionOptions
 from harness.saved import PICK, SavedSession, repository_sessions
+from harness.state import state_dir
 from tui.commands import Commands, is_command
 from tui.engine_log import EngineLog, log_path, screen_driver, stderr_to_log
 from tui.screens.approve import GUARD_SECONDS, ApprovalScreen
@@ -129,8 +131,6 @@ class TaoApp(App[int]):
 
     def notice_killed_session(self) -> None:
         """Say so when this repository's last session ended without a session_end (tao was killed or crashed)."""
-        from harness.cli import state_dir
-
         path = killed_session(state_dir() / "trajectories", self.options.repo)
         if path is not None:
             self.query_one(ConversationPane).note(
@@ -219,8 +219,6 @@ class TaoApp(App[int]):
         if self.worker is not None:
             self.notify("A session is open here. Quit (Ctrl+Q), then `tao --resume` lists the saved ones.", timeout=5)
             return
-        from harness.cli import state_dir
-
         sessions = repository_sessions(state_dir() / "trajectories", self.options.repo)
         if not sessions:
             self.notify("No saved session of this repository yet.", timeout=5)
@@ -238,8 +236,8 @@ class TaoApp(App[int]):
         """Open the session on the loaded engine, run it until the user quits, and say why if it could not start."""
         self.opening_task = None
         try:
-            async with open_session(self.options, task=task, resume=self.resume, sinks=[self.post_event],
-                                    live_sinks=[self.post_event], ask=self.ask, engine=self.engine) as live:
+            async with open_live_session(self.options, task=task, resume=self.resume, sinks=[self.post_event],
+                                         live_sinks=[self.post_event], ask=self.ask, engine=self.engine) as live:
                 self.live = live
                 for text in self.pending:
                     live.session.send(text)
@@ -423,8 +421,6 @@ def resolve_resume(resume: str | None, repo: Path) -> Path | None:
             raise UsageError(f"--resume {path}: no such trajectory file")
         load_saved(path)  # a damaged file is a usage error now, before the screen opens
         return path
-    from harness.cli import state_dir
-
     last = last_trajectory(state_dir() / "trajectories", repo)
     if last is None:
         raise UsageError(f"no saved session to resume in {state_dir() / 'trajectories'}; start one with `tao`")
@@ -434,8 +430,6 @@ def resolve_resume(resume: str | None, repo: Path) -> Path | None:
 
 def sessions_to_pick(repo: Path) -> list[SavedSession]:
     """This repository's saved sessions for `--resume` without a file; a UsageError when it has none."""
-    from harness.cli import state_dir
-
     folder = state_dir() / "trajectories"
     sessions = repository_sessions(folder, repo)
     if not sessions:
@@ -450,8 +444,6 @@ def main(args: argparse.Namespace, repo: Path, task: str = "", resume: str | Non
     options = SessionOptions.from_args(args, repo.resolve())
     choices = sessions_to_pick(repo.resolve()) if resume == PICK else None
     trajectory = resolve_resume(resume, repo.resolve())
-    from harness.cli import state_dir
-
     with stderr_to_log(log_path(state_dir())) as log:
         app = TaoApp(options, task, trajectory, choices=choices, engine_log=log)
         app.run()

@@ -19,7 +19,8 @@ from textual.widgets import Static
 
 from harness.demo import CLOSING, DemoPlan, Recap, demo_policy
 from harness.events import Event, TurnEnd
-from harness.interactive import SessionOptions
+from harness.launch import SessionOptions
+from harness.state import state_dir
 from tui.app import TaoApp
 from tui.engine_log import EngineLog, log_path, stderr_to_log
 from tui.widgets.conversation.pane import ConversationPane
@@ -77,8 +78,6 @@ class DemoApp(TaoApp):
 
 def main(args: argparse.Namespace, plan: DemoPlan) -> int:
     """Open the demo's TUI (off-screen with --screenshot) and say afterwards where the copy and its session are."""
-    from harness.cli import state_dir
-
     options = SessionOptions.from_args(args, plan.repo.resolve())
     options = replace(options, approvals=demo_policy(plan.repo, args.yolo, args.mode))
     started = time.monotonic()

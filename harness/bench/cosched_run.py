@@ -28,7 +28,8 @@ from harness.engine.recorded import ForcedReplayEngine
 from harness.engine.sim import Profile
 from harness.errors import UsageError
 from harness.events import Event, LLMEnd, SpecObsSettle, SpecSummary
-from harness.session import Session, SessionConfig
+from harness.launch import SessionOptions, open_session
+from harness.session import SessionConfig
 from harness.speculation.pattern_model import PatternModel
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
@@ -150,7 +151,8 @@ async def _one(cosched: CoScheduler, workload: Workload, index: int, n: int, mod
     workspace = Workspace(root, watch="stat")
     task = f"[{session_id}] {session.recording.task or ''}"
     config = SessionConfig(max_steps=len(session.recording.turns) + 1, max_seconds=1e7)
-    loop = Session(task, engine, workspace, sim_tools(book), config, [events.append], analyzer=analyzer)
+    loop = open_session(SessionOptions(config=config), task, engine, workspace, [events.append], tools=sim_tools(book),
+                        analyzer=analyzer)
     try:
         end = await loop.run()
     finally:

@@ -22,6 +22,7 @@ from harness.bench.fidelity_tree import Places, Snapshot, build, diff_trees, rem
 from harness.engine.recorded import Recording, ReplayEngine
 from harness.events import Event, SpecPromote, SpecToggle
 from harness.protocol import ParsedCall
+from harness.launch import SessionOptions, open_session
 from harness.session import Session
 from harness.calls.canonical import canonical
 from harness.speculation.patterns import Candidate
@@ -207,9 +208,9 @@ def new_session(case: Case, places: Places, workspace: Workspace, events: list[E
     try:
         analyzer = OneCandidate(Call(case.candidate.name, places.fill(case.candidate.arguments)),
                                 str(workspace.root)) if speculating else None
-        return Session("fidelity case", ReplayEngine(Recording([])), workspace,
-                       default_tools(bash_timeout=CALL_TIMEOUT / 2, test_timeout=CALL_TIMEOUT / 2),
-                       sinks=[events.append], analyzer=analyzer, warm=False)
+        return open_session(SessionOptions(warm=False), "fidelity case", ReplayEngine(Recording([])), workspace,
+                            [events.append], analyzer=analyzer,
+                            tools=default_tools(bash_timeout=CALL_TIMEOUT / 2, test_timeout=CALL_TIMEOUT / 2))
     except Exception as exc:  # noqa: BLE001
         raise Crashed(crash_text("candidate and session", exc)) from exc
 

@@ -36,12 +36,12 @@ from harness.bench.overhead import Meter
 from harness.engine.recorded import ReplayEngine
 from harness.errors import UsageError
 from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
+from harness.launch import SessionOptions, open_session
 from harness.session import Session, SessionConfig
 from harness.speculation.pattern_model import SHIPPED_MODEL, PatternModel, default_model_path, installed_model
 from harness.speculation.past import PAST_SECONDS
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
-from tools import default_tools
 
 MODES = ("off", "on", "cold", "oracle")
 SPEC_FIELDS = ("launched", "promoted", "discarded", "repeats", "saved", "wasted")
@@ -117,8 +117,8 @@ async def replay_session(session: recorded.LiveSession, analyzer: Any, tpot: flo
     workspace = Workspace(repo)
     engine = ReplayEngine(session.recording, seconds_per_token=tpot)
     config = SessionConfig(max_steps=len(session.recording.turns) + 1, max_seconds=900.0)
-    loop = Session(session.recording.task or "", engine, workspace, default_tools(), config, [events.append],
-                   analyzer=analyzer)
+    loop = open_session(SessionOptions(config=config), session.recording.task or "", engine, workspace,
+                        [events.append], analyzer=analyzer)
     meter = Meter.attach(loop, events)
     end, seconds = await timed_run(loop, workspace)
     return end, seconds, events, meter

@@ -6,8 +6,8 @@ the recorded text), against a fresh copy of its real repository with the real to
 is fixed, while prefill, decode and the prefix cache are the engine's own. Speculation is on in every
 mode (Tao's analyzer, as `on` in the replay benchmark); the modes differ in observation warming only:
 
-- `nowarm`: `Session(..., warm=False)`;
-- `warm`: `Session(..., warm=True)`: while a test run repeats, the next prompt on the output it gave
+- `nowarm`: `SessionOptions(warm=False)`;
+- `warm`: `SessionOptions(warm=True)`: while a test run repeats, the next prompt on the output it gave
   last time is pre-filled at the lowest priority;
 - `provisional` (with `--provisional`): the next Think step itself starts on that guess.
 
@@ -47,11 +47,11 @@ from harness.engine.recorded import ForcedReplayEngine
 from harness.errors import UsageError
 from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart, SpecObsSettle, SpecObsWarm,
                             SpecPromote, ToolCall, ToolResult, comparable)
+from harness.launch import SessionOptions, open_session
 from harness.session import Session, SessionConfig
 from harness.calls.canonical import canonical
 from harness.speculation.scheduler import Budget, LastRun
 from sandbox import Workspace
-from tools import default_tools
 
 MODES = ("nowarm", "warm", "provisional")
 GUESSES = ("matched", "mismatched", "none")
@@ -227,9 +227,9 @@ def new_session(session: recorded.LiveSession, engine: Engine, repo: Path, mode:
     """A Session replaying `session` through the real engine in `mode`, its task message under `nonce`."""
     workspace = Workspace(repo)
     config = SessionConfig(max_steps=len(session.recording.turns) + 1, max_seconds=1800.0)
-    loop = Session(session.recording.task or "", ForcedReplayEngine(engine, session.recording), workspace,
-                   default_tools(), config, [events.append], analyzer=analyzer_for("on", session, model),
-                   budget=budget, warm=mode != "nowarm", provisional=mode == "provisional")
+    options = SessionOptions(config=config, budget=budget, warm=mode != "nowarm", provisional=mode == "provisional")
+    loop = open_session(options, session.recording.task or "", ForcedReplayEngine(engine, session.recording), workspace,
+                        [events.append], analyzer=analyzer_for("on", session, model))
     loop.messages[1]["content"] = nonce_task(loop.messages[1]["content"], nonce)  # the model's view only
     return loop, workspace
 

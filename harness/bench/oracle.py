@@ -1,7 +1,7 @@
 """The oracle analyzer: knows the recording, so it foresees every call perfectly.
 
     analyzer = OracleAnalyzer(recording)
-    Session(task, ReplayEngine(recording, ...), workspace, tools, analyzer=analyzer)
+    open_session(options, task, ReplayEngine(recording, ...), workspace, analyzer=analyzer)
 
 At moment (a) of each step (before the model call that emits them starts) it proposes the calls the
 recorded turn of that step makes, each with probability 1; at (b) and (c) it proposes nothing, as

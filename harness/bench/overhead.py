@@ -1,6 +1,6 @@
 """Time what speculation adds to a session's hot path, without changing what it does.
 
-    meter = Meter.attach(session, events)   # after Session(...), before session.run()
+    meter = Meter.attach(session, events)   # after open_session(...), before session.run()
 
 It wraps, on this one session's objects: the analyzer's `predict`, the scheduler's `launch` (predict,
 admission, starting the tasks), `take` (less the time it waited for a still-running speculation,

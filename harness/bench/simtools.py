@@ -26,7 +26,8 @@ from harness.bench import recordings as recorded
 from harness.engine.recorded import ReplayEngine
 from harness.errors import TaoError
 from harness.events import Event, ToolCall, ToolResult
-from harness.session import Session, SessionConfig
+from harness.launch import SessionOptions, open_session
+from harness.session import SessionConfig
 from harness.calls.canonical import canonical
 from harness.speculation.latency import modelled_latency
 from sandbox import Workspace
@@ -112,8 +113,8 @@ async def record_book(session: recorded.LiveSession, cache: Path) -> Book:
     events: list[Event] = []
     workspace = Workspace(repo)
     config = SessionConfig(max_steps=len(session.recording.turns) + 1, max_seconds=900.0)
-    loop = Session(session.recording.task or "", ReplayEngine(session.recording), workspace, default_tools(),
-                   config, [events.append])
+    loop = open_session(SessionOptions(config=config), session.recording.task or "", ReplayEngine(session.recording),
+                        workspace, [events.append])
     try:
         end = await loop.run()
     finally:

@@ -33,7 +33,8 @@ from typing import Any
 from harness.coscheduler import FCFS, CoScheduler, Policy
 from harness.engine.base import Engine
 from harness.events import Event, SessionEnd, SpecSummary, TrajectoryWriter
-from harness.session import Session, SessionConfig
+from harness.launch import SessionOptions, open_session
+from harness.session import SessionConfig
 from harness.speculation.pattern_model import PatternModel
 from harness.speculation.patterns import Analyzer
 from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT, evaluate, run_report
@@ -252,9 +253,11 @@ class Batch:
         tools = default_tools(test_command=self.config.test_command, test_timeout=self.config.test_timeout)
         t0 = time.monotonic()
         try:
-            end: SessionEnd = await Session(instance.task, self.cosched.engine_for(instance.instance_id), workspace,
-                                            tools, self.config.session, sinks, analyzer=analyzer,
-                                            warm=self.config.warm).run()
+            # no approval policy (nobody to ask: every call runs) and no provisional step, as batch runs always had
+            options = SessionOptions(config=self.config.session, approvals=None, warm=self.config.warm,
+                                     provisional=False)
+            end: SessionEnd = await open_session(options, instance.task, self.cosched.engine_for(instance.instance_id),
+                                                 workspace, sinks, tools=tools, analyzer=analyzer).run()
         finally:
             writer.close()
             workspace.close()

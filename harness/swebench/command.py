@@ -29,7 +29,7 @@ from tools import DEFAULT_TEST_TIMEOUT
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `swebench` subcommand."""
-    from harness.cli import add_engine_flags
+    from harness.flags import add_engine_flags
 
     p = sub.add_parser("swebench", help="run and grade a SWE-bench-style batch on one shared engine",
                        description="Run the agent on every instance of a SWE-bench-style JSONL file, each in a "
@@ -83,7 +83,7 @@ def policy_from(args: argparse.Namespace) -> Policy:
 
 async def open_batch_engine(args: argparse.Namespace, instances: list[Instance]) -> Engine:
     """The one engine every session shares; with --replay DIR, each instance's turns come from its script."""
-    from harness.cli import engine_options
+    from harness.flags import engine_options
     from harness.engine.factory import open_engine
 
     tasks = {instance.task: instance.instance_id for instance in instances}
@@ -104,7 +104,7 @@ async def open_batch_engine(args: argparse.Namespace, instances: list[Instance])
 
 async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
     """Load, open the engine, run the batch, close the engine."""
-    from harness.cli import session_patterns
+    from harness.launch import session_patterns
 
     if args.workers < 1 or args.max_steps < 1 or args.max_time <= 0:
         raise UsageError("--workers and --max-steps must be at least 1 and --max-time positive")

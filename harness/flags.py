@@ -1,0 +1,89 @@
+"""The session and engine flags that `tao run`, `tao demo`, `tao tui` and `tao swebench` share, and the engine
+options they give. The limits' defaults come from SessionConfig, their one home."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from harness.approval import MODES
+from harness.engine.factory import ENGINES, EngineOptions
+from harness.history import LAST
+from harness.saved import PICK
+from harness.session import SessionConfig
+from harness.state import state_dir
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """The engine flags: which engine, which model, replay and decoding options."""
+    group = parser.add_argument_group("engine")
+    group.add_argument("--engine", choices=ENGINES, default=EngineOptions.kind,
+                       help="vllm: in-process vLLM (default, embedded model); openai: a running "
+                            "OpenAI-compatible server; replay: recorded turns")
+    group.add_argument("--model", help="model name or directory for --engine vllm (default: embedded SmolLM2)")
+    group.add_argument("--base-url", help="server URL for --engine openai, e.g. http://localhost:8000/v1")
+    group.add_argument("--replay", type=Path, help="trajectory .jsonl or JSON turn script for --engine replay; with --engine vllm, "
+                            "its answers are forced token by token through the real engine")
+    group.add_argument("--seconds-per-token", type=float, default=EngineOptions.seconds_per_token,
+                       help="replay pacing: simulated seconds per output token "
+                            f"(default {EngineOptions.seconds_per_token:g})")
+    group.add_argument("--no-constrain", action="store_true",
+                       help="do not constrain decoding to well-formed calls (for strong models)")
+    group.add_argument("--max-model-len", type=int,
+                       help="context length for --engine vllm (default: 8192 embedded, else the model's); "
+                            "with --engine replay, a window the replayed prompts must fit")
+
+
+def add_session_flags(parser: argparse.ArgumentParser, quiet: bool = False) -> None:
+    """The session flags: front end, approvals, output, limits, trajectory, speculation and resuming."""
+    parser.add_argument("--headless", action="store_true",
+                        help="no TUI: a human log on stderr (the default when not on a terminal)")
+    approvals = parser.add_mutually_exclusive_group()
+    approvals.add_argument("--mode", choices=list(MODES),
+                           help="approvals for this run: read-only (nothing changes), ask (commands and edits ask; "
+                                "the default), auto-edit (edits run, commands ask), full-auto (nothing asks); "
+                                "default from ~/.config/tao/config.toml and .tao.toml")
+    approvals.add_argument("--yolo", action="store_true", help="the same as --mode full-auto")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print one JSON event per line on stdout")
+    if quiet:
+        output.add_argument("-q", "--quiet", action="store_true",
+                            help="for scripts: print only the final answer (the model's summary) on stdout, and no log; "
+                                 "a session that does not finish says why on stderr (exit codes as usual)")
+    parser.add_argument("--max-steps", type=int, default=SessionConfig.max_steps,
+                        help=f"model turns before stopping (default {SessionConfig.max_steps}; demo 8)")
+    parser.add_argument("--max-time", type=float, default=SessionConfig.max_seconds,
+                        help=f"wall-clock limit in seconds (default {SessionConfig.max_seconds:g})")
+    parser.add_argument("--max-tokens", type=int, default=SessionConfig.max_tokens,
+                        help=f"output tokens per model turn (default {SessionConfig.max_tokens})")
+    parser.add_argument("--trajectory", type=Path,
+                        help=f"trajectory file to write (default {state_dir()}/trajectories/<time>.jsonl)")
+    parser.add_argument("--test-command", help="the project's test command for run_tests (default: detected)")
+    parser.add_argument("--no-speculation", action="store_true",
+                        help="run every tool call only when the model asks (no speculation)")
+    parser.add_argument("--no-warm", action="store_true",
+                        help="do not pre-fill the next prompt on a guessed observation while a test runs")
+    parser.add_argument("--provisional", action="store_true",
+                        help="also start the next model step on the guessed observation (kept only if it "
+                             "matches the real one byte for byte)")
+    parser.add_argument("--patterns", type=Path,
+                        help="learned pattern model for speculation (default ~/.cache/tao/patterns.json "
+                             "if present; build one with `tao traces learn`); each session first adapts it "
+                             "to your 20 newest past sessions in the state folder")
+    try:
+        parser.add_argument("--resume", nargs="?", const=PICK, metavar="TRAJECTORY",
+                            help="continue a saved session to its end, in its own repository and trajectory file: "
+                                 "the given file; without one, the TUI lists this repository's sessions to choose "
+                                 "from (headless: the last one). The engine and limits come from this command's "
+                                 "flags")
+    except argparse.ArgumentError:
+        pass  # `tao tui` defines its own --resume, with the same meaning
+    parser.add_argument("--continue", dest="resume", action="store_const", const=LAST,
+                        help="continue the last session of this repository (--resume without a file lets you choose)")
+
+
+def engine_options(args: argparse.Namespace) -> EngineOptions:
+    """The engine the engine flags ask for."""
+    return EngineOptions(kind=args.engine, replay=args.replay, seconds_per_token=args.seconds_per_token,
+                         model=args.model, base_url=args.base_url, constrained=not args.no_constrain,
+                         max_model_len=args.max_model_len)
