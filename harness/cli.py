@@ -36,9 +36,9 @@ from harness.log import HumanLog, counted
 from harness.saved import PICK
 from harness.session import EventSink, Outcome, Session, SessionConfig
 from harness.shutdown import exits_at_once, terminate_as_interrupt
-from harness.speculation.pattern_model import PatternModel, installed_model
-from harness.speculation.past import PAST_SECONDS, past_sessions
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.pattern_model import PatternModel, installed_model
+from harness.speculation.prediction.past import PAST_SECONDS, past_sessions
+from harness.speculation.prediction.patterns import Analyzer
 from sandbox import Workspace
 from tools import default_tools
 from tools.base import Observation

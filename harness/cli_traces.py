@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.calls.canonical import canonical
-from harness.speculation.pattern_model import PatternModel, default_model_path
+from harness.speculation.prediction.pattern_model import PatternModel, default_model_path
 from harness.traces import FORMATS, ImportReport, load_sessions, write_session
 
 

@@ -31,7 +31,7 @@ from harness.history import (choose_session, last_session, load_saved, new_traje
                              session_repo)
 from harness.saved import summarize
 from harness.session import EventSink, Session, SessionConfig
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.patterns import Analyzer
 from sandbox import Workspace
 from tools import default_tools
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from harness.events import Event, LLMEnd, ToolCall, ToolResult
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import Analyzer, Candidate, Partial
-from harness.speculation.rehearsal import replay
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
+from harness.speculation.prediction.rehearsal import replay
 from harness.traces import load_sessions
 from tests.test_patterns_dataflow import Script
 

@@ -12,9 +12,9 @@ from harness import cli_traces
 from harness.bench import predict
 from harness.events import Event
 from harness.calls.canonical import canonical_bash
-from harness.speculation.controlflow import WordModel
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.controlflow import WordModel
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import Analyzer
 from harness.traces import load_sessions, write_session
 from tests.test_patterns_dataflow import Script
 
@@ -40,7 +40,7 @@ def test_learned_habits_rank_first(tmp_path: Path) -> None:
     analyzer = Analyzer(model)
     hits = 0
     events = habit_session(99)
-    from harness.speculation.rehearsal import replay
+    from harness.speculation.prediction.rehearsal import replay
 
     decisions = replay(analyzer, events)
     hits = sum(d.predictions["a"][0].key == d.action.key for d in decisions)
@@ -56,7 +56,7 @@ def test_the_model_survives_a_round_trip(tmp_path: Path) -> None:
     loaded = PatternModel.load(path)
     assert path.stat().st_size < 2_000_000
     events = habit_session(7)
-    from harness.speculation.rehearsal import replay
+    from harness.speculation.prediction.rehearsal import replay
 
     first = [[c.key for c in d.predictions["b"]] for d in replay(Analyzer(model), events)]
     second = [[c.key for c in d.predictions["b"]] for d in replay(Analyzer(loaded), events)]
@@ -76,7 +76,7 @@ def test_online_learning_adapts_within_a_session_without_touching_the_shared_mod
         script.bash(f"cat <<'EOF' > t{n}.py\nx\nEOF")
         script.bash(f"python t{n}.py", "ok")
     analyzer = Analyzer(model)
-    from harness.speculation.rehearsal import replay
+    from harness.speculation.prediction.rehearsal import replay
 
     decisions = replay(analyzer, script.events)
     runs = [d for d in decisions if d.action.kind == "script"]
@@ -173,8 +173,8 @@ def test_a_gzipped_model_is_the_same_bytes_every_time_and_loads_back(tmp_path: P
 def test_tao_ships_a_learned_model_and_a_users_own_comes_first(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.cli import load_patterns
-    from harness.speculation.pattern_model import SHIPPED_MODEL, default_model_path
-    from harness.speculation.scheduler import Budget
+    from harness.speculation.prediction.pattern_model import SHIPPED_MODEL, default_model_path
+    from harness.speculation.running.scheduler import Budget
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     shipped = load_patterns(None)

@@ -12,9 +12,9 @@ from harness.bench import fuzz_traces
 from harness.bench.fuzz_traces_seeds import builtin_seeds, mutate
 from harness.events import SessionStart
 from harness.calls.canonical import canonical
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.past import past_sessions
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.past import past_sessions
+from harness.speculation.prediction.patterns import Analyzer
 from harness.traces.common import Imported, write_session
 from tests.helpers import EXAMPLES, ROOT, make_calc_repo
 from tests.test_patterns_dataflow import Script, analyzer_after

@@ -24,7 +24,7 @@ from harness.events import Event, SpecPromote, SpecToggle
 from harness.protocol import ParsedCall
 from harness.session import Session
 from harness.calls.canonical import canonical
-from harness.speculation.patterns import Candidate
+from harness.speculation.prediction.patterns import Candidate
 from sandbox import Workspace
 from tools import default_tools
 

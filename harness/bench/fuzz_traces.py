@@ -38,8 +38,8 @@ from harness.bench.fuzz_traces_seeds import Seed, builtin_seeds, mutate
 from harness.errors import UsageError
 from harness.events import EventDecodeError, read_trajectory
 from harness.calls.canonical import canonical
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.past import past_sessions
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.past import past_sessions
 from harness.traces import FORMATS, ImportReport, load_sessions, trajectory_files, write_session
 
 KINDS = ("directory", "fifo", "unreadable", "dangling-link", "link-loop")  # not a readable regular file

@@ -37,9 +37,9 @@ from harness.engine.recorded import ReplayEngine
 from harness.errors import UsageError
 from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
 from harness.session import Session, SessionConfig
-from harness.speculation.pattern_model import SHIPPED_MODEL, PatternModel, default_model_path, installed_model
-from harness.speculation.past import PAST_SECONDS
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.pattern_model import SHIPPED_MODEL, PatternModel, default_model_path, installed_model
+from harness.speculation.prediction.past import PAST_SECONDS
+from harness.speculation.prediction.patterns import Analyzer
 from sandbox import Workspace
 from tools import default_tools
 

@@ -49,7 +49,7 @@ from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart
                             SpecPromote, ToolCall, ToolResult, comparable)
 from harness.session import Session, SessionConfig
 from harness.calls.canonical import canonical
-from harness.speculation.scheduler import Budget, LastRun
+from harness.speculation.running.scheduler import Budget, LastRun
 from sandbox import Workspace
 from tools import default_tools
 

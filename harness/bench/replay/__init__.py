@@ -22,9 +22,9 @@ from harness.bench.predict import split
 from harness.bench.replay.policies import BUDGET, POLICIES, SINGLE, TAKE, Tally, plans
 from harness.bench.replay.trace import Trace, build, decide
 from harness.bench.timeline import Plan, Timeline, simulate
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import ONLINE_RATE, Analyzer
-from harness.speculation.scheduler import Budget
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import ONLINE_RATE, Analyzer
+from harness.speculation.running.scheduler import Budget
 from harness.traces import ImportReport
 
 PREFILL_TPS = 5_000.0  # prompt tokens a second (the figure; the GPU profile of harness.engine.sim: ~9.7k)

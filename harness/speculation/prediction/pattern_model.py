@@ -25,12 +25,12 @@ from typing import Any
 from harness.events import Event, LLMEnd, SessionStart, ToolCall, ToolResult
 from harness.calls.action import TEST, VIEW, Action
 from harness.calls.canonical import canonical
-from harness.speculation.controlflow import START, KindModel, WordModel, contexts
-from harness.speculation.extract import path_mentions, reasoning_part
-from harness.speculation.ranker import Ranker
-from harness.speculation.latency import modelled_latency
-from harness.speculation.state import derivable, file_in_hand, output_signal, split_test
-from harness.speculation.testruns import is_dotted, template
+from harness.speculation.prediction.controlflow import START, KindModel, WordModel, contexts
+from harness.speculation.prediction.extract import path_mentions, reasoning_part
+from harness.speculation.prediction.ranker import Ranker
+from harness.speculation.prediction.latency import modelled_latency
+from harness.speculation.prediction.state import derivable, file_in_hand, output_signal, split_test
+from harness.speculation.prediction.testruns import is_dotted, template
 
 MODEL_VERSION = 1
 _HABIT_SHARE = 0.04  # a call is a habit when at least this share of sessions makes it
@@ -89,8 +89,8 @@ class PatternModel:
         data = [list(events) for events in sessions]
         model = cls()
         model.count(data)
-        from harness.speculation.rehearsal import replay  # the same loop the benchmark runs
-        from harness.speculation.patterns import Analyzer
+        from harness.speculation.prediction.rehearsal import replay  # the same loop the benchmark runs
+        from harness.speculation.prediction.patterns import Analyzer
 
         folds = max(1, min(folds, len(data) // 2))
         fold_of = [index % folds for index in range(len(data))]
@@ -115,8 +115,8 @@ class PatternModel:
         The offline model comes from other agents; this teaches it the user's habits and Tao's own tool
         vocabulary (`run_tests {}` after a targeted run passes), which no bash trajectory shows. Stops
         taking sessions once `seconds` have passed."""
-        from harness.speculation.rehearsal import replay
-        from harness.speculation.patterns import Analyzer
+        from harness.speculation.prediction.rehearsal import replay
+        from harness.speculation.prediction.patterns import Analyzer
 
         started, taken = time.perf_counter(), 0
         for events in sessions:

@@ -31,8 +31,8 @@ from typing import Any
 from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, SpecSummary, ToolCall, ToolResult
 from harness.protocol import ParsedCall
 from harness.calls.canonical import canonical
-from harness.speculation.patterns import Analyzer, Candidate, Partial
-from harness.speculation.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
+from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
+from harness.speculation.running.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
 from sandbox import Workspace
 from sandbox.overlay import Overlay
 from sandbox.promote import PromotionRefused, apply_changes
