@@ -39,6 +39,7 @@ from harness.shutdown import exits_at_once, terminate_as_interrupt
 from harness.speculation.prediction.pattern_model import PatternModel, installed_model
 from harness.speculation.prediction.past import PAST_SECONDS, past_sessions
 from harness.speculation.prediction.patterns import Analyzer
+from harness.speculation.prediction.training import adapt
 from sandbox import Workspace
 from tools import default_tools
 from tools.base import Observation
@@ -285,7 +286,7 @@ def session_patterns(path: Path | None, announce: bool = False) -> PatternModel:
     """The learned model (`load_patterns`), adapted to the user's newest past sessions in the state folder."""
     model = load_patterns(path)
     started = time.perf_counter()
-    taken = model.adapt(past_sessions(state_dir() / "trajectories"), seconds=PAST_SECONDS)
+    taken = adapt(model, past_sessions(state_dir() / "trajectories"), seconds=PAST_SECONDS)
     if announce and taken:
         print(f"speculation: adapted to your past sessions ({taken} newest, {time.perf_counter() - started:.1f} s)",
               file=sys.stderr)

@@ -40,6 +40,7 @@ from harness.session import Session, SessionConfig
 from harness.speculation.prediction.pattern_model import SHIPPED_MODEL, PatternModel, default_model_path, installed_model
 from harness.speculation.prediction.past import PAST_SECONDS
 from harness.speculation.prediction.patterns import Analyzer
+from harness.speculation.prediction.training import adapt
 from sandbox import Workspace
 from tools import default_tools
 
@@ -79,7 +80,7 @@ def analyzer_for(mode: str, session: recorded.LiveSession, model: Path | None,
         return OracleAnalyzer(session.recording)
     learned = PatternModel.load(model) if model is not None else PatternModel()
     if mode == "on":
-        learned.adapt(past, seconds=PAST_SECONDS)
+        adapt(learned, past, seconds=PAST_SECONDS)
     return Analyzer(learned)
 
 

@@ -26,6 +26,7 @@ from harness.speculation.prediction.latency import modelled_latency
 from harness.speculation.prediction.pattern_model import PatternModel
 from harness.speculation.prediction.patterns import ONLINE_RATE, Analyzer, Candidate
 from harness.speculation.prediction.rehearsal import PREFIX_CHARS, Decision, replay
+from harness.speculation.prediction.training import learn
 from harness.traces import Imported, ImportReport, load_sessions
 
 MOMENTS = ("a", "b", "c")
@@ -131,7 +132,7 @@ def run(train_dir: Path, test_dir: Path, k: int = 3, holdout: float = 0.3, model
     if model_path is not None:
         model = PatternModel.load(model_path)
     else:
-        model = PatternModel.learn([s.events for s in train], epochs=epochs)
+        model = learn([s.events for s in train], epochs=epochs)
     learned = time.perf_counter()
     if save_model is not None:
         model.save(save_model)
