@@ -139,3 +139,8 @@ def test_spacing_never_changes_the_key(words: list[str], gaps: list[str]) -> Non
 @given(_WORDS)
 def test_quoting_a_literal_word_never_changes_the_key(word: str) -> None:
     assert key(f"cat {word}") == key(f"cat '{word}'") == key(f'cat "{word}"')
+
+
+@pytest.mark.parametrize(("command", "kind"), [('grep "unclosed src/app.py', "search"), ('pytest "unclosed', "test")])
+def test_a_command_the_reader_cannot_parse_still_has_its_first_word_s_kind(command: str, kind: str) -> None:
+    assert canonical_bash(command, "/testbed").kind == kind

@@ -104,7 +104,7 @@ def normalize_command(command: str) -> str:
         return " ".join(command.split())
 
 
-def _structured(commands: list[shell.Command], root: str) -> Action | None:
+def _structured(commands: list[shellwords.Command], root: str) -> Action | None:
     if len(commands) == 1:
         return map_simple(commands[0], root)
     if len(commands) == 2 and commands[0].joiner == "|":
@@ -112,7 +112,7 @@ def _structured(commands: list[shell.Command], root: str) -> Action | None:
     return None
 
 
-def _kinds(commands: list[shell.Command]) -> set[str]:
+def _kinds(commands: list[shellwords.Command]) -> set[str]:
     kinds = set()
     for index, command in enumerate(commands):
         piped = index > 0 and commands[index - 1].joiner == "|"
@@ -122,7 +122,7 @@ def _kinds(commands: list[shell.Command]) -> set[str]:
     return kinds
 
 
-def _drop_root_cd(commands: list[shell.Command], root: str) -> list[shell.Command]:
+def _drop_root_cd(commands: list[shellwords.Command], root: str) -> list[shellwords.Command]:
     """`cd <root> && x` is `x` for an agent whose commands already run at the root."""
     if (root and len(commands) > 1 and commands[0].argv[:1] == ["cd"] and len(commands[0].argv) == 2
             and commands[0].joiner == "&&" and norm_path(commands[0].argv[1], root) == ""
@@ -135,6 +135,6 @@ def _guess_kind(command: str) -> str:
     """The kind of a command this reader cannot parse, from its first word."""
     first = command.split(maxsplit=1)[0] if command.split() else ""
     try:
-        return command_kind(shell.Command([shell.Word(first, first)])) or SHELL
+        return command_kind(shellwords.Command([shellwords.Word(first, first)])) or SHELL
     except Exception:  # noqa: BLE001 - a guess only
         return SHELL
