@@ -1,4 +1,4 @@
-"""Warm prefills go in chunks, so a real request waits behind one chunk at most (harness.speculation.running.observation).
+"""Warm prefills go in chunks, so a real request waits behind one chunk at most (running/observation.py).
 
 The simulated engine runs on the virtual clock: a step cannot be pre-empted, as on vLLM's CPU engine,
 and its duration follows the tokens it computes, so the times below are the simulation's arithmetic.

@@ -37,7 +37,8 @@ from harness.engine.recorded import ReplayEngine
 from harness.errors import UsageError
 from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
 from harness.session import Session, SessionConfig
-from harness.speculation.prediction.pattern_model import SHIPPED_MODEL, PatternModel, default_model_path, installed_model
+from harness.speculation.prediction.pattern_model import (SHIPPED_MODEL, PatternModel, default_model_path,
+                                                        installed_model)
 from harness.speculation.prediction.past import PAST_SECONDS
 from harness.speculation.prediction.patterns import Analyzer
 from harness.speculation.prediction.training import adapt
