@@ -34,7 +34,7 @@ test: $(STAMP)
 # The pattern model Tao ships, learned again from the public trajectories in $(TRACES) (about 2 minutes).
 patterns: $(STAMP)
 	$(BIN)/tao traces learn $(TRACES)/mini-swe-agent-gemini-3-pro-swebench-verified \
-		$(TRACES)/swe-agent-demonstrations --out harness/speculation/default_patterns.json.gz
+		$(TRACES)/swe-agent-demonstrations --out harness/speculation/prediction/default_patterns.json.gz
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.calls.canonical import canonical
-from harness.speculation.pattern_model import PatternModel, default_model_path
+from harness.speculation.prediction.pattern_model import default_model_path
+from harness.speculation.prediction.training import learn
 from harness.traces import FORMATS, ImportReport, load_sessions, write_session
 
 
@@ -126,7 +127,7 @@ def cmd_learn(args: argparse.Namespace) -> int:
         _print_skipped(report)
         print(f"tao: {nothing_found(*args.dir)}", file=sys.stderr)
         return 1
-    model = PatternModel.learn(sessions, epochs=args.epochs)
+    model = learn(sessions, epochs=args.epochs)
     path = model.save(args.out or default_model_path())
     _print_skipped(report)
     print(f"learned from {len(sessions)} sessions ({report.actions} calls): {path}", file=sys.stderr)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from harness.engine.base import Chunk, Engine, EngineLoad, LLMRequest, Usage, engine_load
-from harness.speculation.observation import WARM_PRIORITY
+from harness.speculation.running.observation import WARM_PRIORITY
 
 CHARS_PER_TOKEN = 3.4  # prompt size estimate before the engine reports the real count
 # A request this close to its bounded wait counts as aged. Timers may fire up to the clock's resolution

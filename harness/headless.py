@@ -19,7 +19,7 @@ from harness.launch import SessionOptions, open_session, session_patterns
 from harness.log import HumanLog, counted
 from harness.saved import PICK
 from harness.session import EventSink, Outcome, Session
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.patterns import Analyzer
 from harness.state import default_trajectory_path, state_dir
 from sandbox import Workspace
 from tools import default_tools

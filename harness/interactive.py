@@ -32,7 +32,7 @@ from harness.saved import summarize
 from harness.launch import SessionOptions, open_session, session_patterns
 from harness.session import EventSink, Session
 from harness.state import default_trajectory_path, state_dir
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.patterns import Analyzer
 from sandbox import Workspace
 from tools import default_tools
 

@@ -23,10 +23,11 @@ from harness.engine.factory import EngineOptions
 from harness.errors import UsageError
 from harness.flags import engine_options
 from harness.session import EventSink, Session, SessionConfig
-from harness.speculation.past import PAST_SECONDS, past_sessions
-from harness.speculation.pattern_model import PatternModel, installed_model
-from harness.speculation.patterns import Analyzer
-from harness.speculation.scheduler import Budget
+from harness.speculation.prediction.past import PAST_SECONDS, past_sessions
+from harness.speculation.prediction.pattern_model import PatternModel, installed_model
+from harness.speculation.prediction.patterns import Analyzer
+from harness.speculation.prediction.training import adapt
+from harness.speculation.running.scheduler import Budget
 from harness.state import state_dir
 from sandbox import Workspace
 from tools import default_tools
@@ -109,7 +110,7 @@ def session_patterns(path: Path | None, announce: bool = False) -> PatternModel:
     """The learned model (`load_patterns`), adapted to the user's newest past sessions in the state folder."""
     model = load_patterns(path)
     started = time.perf_counter()
-    taken = model.adapt(past_sessions(state_dir() / "trajectories"), seconds=PAST_SECONDS)
+    taken = adapt(model, past_sessions(state_dir() / "trajectories"), seconds=PAST_SECONDS)
     if announce and taken:
         print(f"speculation: adapted to your past sessions ({taken} newest, {time.perf_counter() - started:.1f} s)",
               file=sys.stderr)

@@ -27,10 +27,10 @@ from harness.events import (Approval, ContextCompact, Event, FormatError, Interr
                             LLMStart, SessionEnd, SessionResume, SessionStart, SpecReady, SpecToggle, ToolCall,
                             ToolResult, TurnEnd, UserMessage)
 from harness.history import assistant_message, rebuild
-from harness.speculation.observation import ObservationSpeculator, Warm
-from harness.speculation.patterns import Analyzer, Partial
-from harness.speculation.prefix import args_prefix_of
-from harness.speculation.scheduler import Budget, Speculation, SpeculationScheduler, SpecState
+from harness.speculation.running.observation import ObservationSpeculator, Warm
+from harness.speculation.prediction.patterns import Analyzer, Partial
+from harness.speculation.prediction.prefix import args_prefix_of
+from harness.speculation.running.scheduler import Budget, Speculation, SpeculationScheduler, SpecState
 from harness.submission import git_diff
 from sandbox import Workspace
 from tools import run_tool, tool_specs

@@ -1,4 +1,7 @@
-"""The workspace and its copy-on-write overlays, workspace versions and process limits (stdlib only)."""
+"""The workspace and its copy-on-write overlays, workspace versions and process limits.
+
+Built on the standard library; only the git-worktree backend needs gitpython, which it alone imports (lazily).
+"""
 
 from sandbox.changes import Change, ChangeKind
 from sandbox.errors import BackendUnavailable, OverlayClosed, SandboxError, SetupFailed

@@ -6,14 +6,10 @@ import os
 import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from sandbox.beneath import BadPath, WorkspaceEscape, real_path
 from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, run_process
 from sandbox.watch import TreeWatcher
-
-if TYPE_CHECKING:
-    from sandbox.overlay import Overlay
 
 __all__ = ["BadPath", "Workspace", "WorkspaceEscape", "confine", "relative_to"]
 
@@ -115,12 +111,6 @@ class Workspace:
     def relative(self, path: Path) -> str:
         """The workspace-relative spelling of a path inside the root ('.' for the root itself)."""
         return relative_to(self.root, path)
-
-    def overlay(self, **options: Any) -> Overlay:
-        """A copy-on-write view of this workspace; use as `async with workspace.overlay() as ov:`."""
-        from sandbox.overlay import Overlay
-
-        return Overlay(self, **options)
 
     async def run(
         self,

@@ -26,7 +26,7 @@ from harness.bench.fidelity_tree import Places, Snapshot, build, diff_trees, rem
 from harness.bench.fidelity_cases import Call, Case, Entry, Outside
 from harness.bench.fidelity_kinds import KINDS, nested, case_by_id, generate
 from harness.bench.fidelity_world import after_speculation
-from harness.speculation.scheduler import SpeculationScheduler
+from harness.speculation.running.scheduler import SpeculationScheduler
 from sandbox import Workspace
 from tools.base import Observation
 

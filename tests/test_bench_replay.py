@@ -16,7 +16,7 @@ from harness.bench.replay.trace import build, decide
 from harness.bench.timeline import Launch, Miss, Plan, Step, simulate
 from harness.cli import main
 from harness.calls.canonical import canonical
-from harness.speculation.patterns import Candidate
+from harness.speculation.prediction.patterns import Candidate
 from harness.traces.common import SessionBuilder, write_session
 
 TPOT, TPS = 0.01, 1000.0

@@ -21,8 +21,8 @@ from harness.events import ContextCompact, Event, LLMEnd, SessionEnd, Trajectory
 from harness.history import rebuild
 from harness.log import HumanLog
 from harness.session import Session
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import Analyzer
 from sandbox import Workspace
 from tests.helpers import make_calc_repo
 from tools import default_tools, tool_specs

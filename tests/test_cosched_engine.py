@@ -16,7 +16,7 @@ import pytest
 
 from harness.coscheduler import CoScheduler, Pacing, Record
 from harness.engine.base import Chunk, LLMRequest
-from harness.speculation.observation import WARM_PRIORITY
+from harness.speculation.running.observation import WARM_PRIORITY
 
 pytestmark = pytest.mark.engine
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from harness.coscheduler import FCFS, CoScheduler, Decision, Pacing, Record, View
 from harness.engine.base import Chunk, LLMRequest
 from harness.engine.sim import SimEngine
-from harness.speculation.observation import WARM_PRIORITY
+from harness.speculation.running.observation import WARM_PRIORITY
 from tests.helpers import flat_profile, virtual
 
 FLAT = flat_profile(kv_tokens=16_384, block_size=16, max_seqs=64, max_batched_tokens=4_096, max_model_len=8_192)

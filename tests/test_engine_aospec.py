@@ -18,10 +18,10 @@ from harness.engine.base import Chunk, LLMRequest
 from harness.engine.recorded import ForcedReplayEngine, Recording, Turn
 from harness.events import Event, LLMEnd, SpecObsSettle, SpecObsWarm, comparable
 from harness.session import Session, SessionConfig
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.observation import WARM_CHUNK_TOKENS, WARM_PRIORITY, ObservationSpeculator
-from harness.speculation.patterns import Analyzer
-from harness.speculation.scheduler import Budget
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.running.observation import WARM_CHUNK_TOKENS, WARM_PRIORITY, ObservationSpeculator
+from harness.speculation.prediction.patterns import Analyzer
+from harness.speculation.running.scheduler import Budget
 from sandbox import Workspace
 from tests.helpers import make_calc_repo
 from tools import default_tools, tool_specs

@@ -15,7 +15,7 @@ from harness.engine.openai_http import OpenAIEngine
 from harness.engine.recorded import load_recording
 from harness.engine.vllm_local import _plain_message
 from harness.errors import EngineError, UsageError
-from harness.speculation.extract import ReasoningFacts, path_mentions
+from harness.speculation.prediction.extract import ReasoningFacts, path_mentions
 
 
 def test_two_thousand_fuzzed_streams_crash_nothing() -> None:

@@ -15,7 +15,7 @@ import pytest
 from harness.bench import fuzz_traces
 from harness.bench.fuzz_traces_seeds import builtin_seeds, mutate
 from harness.events import read_trajectory
-from harness.speculation.past import past_sessions
+from harness.speculation.prediction.past import past_sessions
 from harness.traces import ImportReport, load_sessions
 
 DEEP = "[" * 100_000 + "]" * 100_000

@@ -1,4 +1,4 @@
-"""Warm prefills go in chunks, so a real request waits behind one chunk at most (harness.speculation.observation).
+"""Warm prefills go in chunks, so a real request waits behind one chunk at most (running/observation.py).
 
 The simulated engine runs on the virtual clock: a step cannot be pre-empted, as on vLLM's CPU engine,
 and its duration follows the tokens it computes, so the times below are the simulation's arithmetic.
@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from harness.engine.base import Chunk, LLMRequest, Usage
 from harness.engine.sim import Profile, SimEngine, StepModel
 from harness.events import Event, SpecObsSettle
-from harness.speculation.observation import WARM_PRIORITY, ObservationSpeculator
+from harness.speculation.running.observation import WARM_PRIORITY, ObservationSpeculator
 from tests.helpers import virtual
 
 # 10 ms a prefill token, one character a token: a 256-token chunk is a 2.56 s step.

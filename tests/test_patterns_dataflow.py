@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from harness.events import Event
 from harness.calls.canonical import canonical, canonical_bash
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import Analyzer, Candidate, Partial
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
 from harness.traces.common import TAO_TOOLS, SessionBuilder
 
 SOURCE = '''import os
@@ -232,7 +232,7 @@ def test_a_file_text_is_forgotten_once_the_file_is_edited() -> None:
 
 
 def test_the_first_argument_is_read_from_the_streamed_json() -> None:
-    from harness.speculation.prefix import args_prefix_of
+    from harness.speculation.prediction.prefix import args_prefix_of
 
     assert args_prefix_of('{"command": "pytest t') == "pytest t"
     assert args_prefix_of('{"command": "echo \\"hi') == 'echo "hi'
@@ -252,7 +252,7 @@ def test_another_agents_todo_list_and_subagent_calls_are_never_proposed_again() 
 
 
 def test_a_read_numbered_with_arrows_is_kept_as_the_files_text() -> None:
-    from harness.speculation.state import plain_text
+    from harness.speculation.prediction.state import plain_text
 
     assert (plain_text("     1\u2192def add(a, b):\n     2\u2192    return a - b\n")
             == "def add(a, b):\n    return a - b\n")

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from harness.events import Event, LLMEnd, ToolCall, ToolResult
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import Analyzer, Candidate, Partial
-from harness.speculation.rehearsal import replay
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
+from harness.speculation.prediction.rehearsal import replay
+from harness.speculation.prediction.training import learn
 from harness.traces import load_sessions
 from tests.test_patterns_dataflow import Script
 
@@ -50,7 +51,7 @@ class Spy(Analyzer):
 
 @pytest.fixture(scope="module")
 def model() -> PatternModel:
-    return PatternModel.learn([session_events()], epochs=1)
+    return learn([session_events()], epochs=1)
 
 
 def test_each_call_is_predicted_before_its_answer_or_itself_is_fed(model: PatternModel) -> None:

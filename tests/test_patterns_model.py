@@ -12,9 +12,10 @@ from harness import cli_traces
 from harness.bench import predict
 from harness.events import Event
 from harness.calls.canonical import canonical_bash
-from harness.speculation.controlflow import WordModel
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.controlflow import WordModel
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import Analyzer
+from harness.speculation.prediction.training import learn
 from harness.traces import load_sessions, write_session
 from tests.test_patterns_dataflow import Script
 
@@ -36,11 +37,11 @@ def habit_session(n: int) -> list[Event]:
 
 
 def test_learned_habits_rank_first(tmp_path: Path) -> None:
-    model = PatternModel.learn([habit_session(n) for n in range(12)], epochs=2)
+    model = learn([habit_session(n) for n in range(12)], epochs=2)
     analyzer = Analyzer(model)
     hits = 0
     events = habit_session(99)
-    from harness.speculation.rehearsal import replay
+    from harness.speculation.prediction.rehearsal import replay
 
     decisions = replay(analyzer, events)
     hits = sum(d.predictions["a"][0].key == d.action.key for d in decisions)
@@ -51,12 +52,12 @@ def test_learned_habits_rank_first(tmp_path: Path) -> None:
 
 
 def test_the_model_survives_a_round_trip(tmp_path: Path) -> None:
-    model = PatternModel.learn([habit_session(n) for n in range(4)], epochs=1)
+    model = learn([habit_session(n) for n in range(4)], epochs=1)
     path = model.save(tmp_path / "patterns.json")
     loaded = PatternModel.load(path)
     assert path.stat().st_size < 2_000_000
     events = habit_session(7)
-    from harness.speculation.rehearsal import replay
+    from harness.speculation.prediction.rehearsal import replay
 
     first = [[c.key for c in d.predictions["b"]] for d in replay(Analyzer(model), events)]
     second = [[c.key for c in d.predictions["b"]] for d in replay(Analyzer(loaded), events)]
@@ -76,7 +77,7 @@ def test_online_learning_adapts_within_a_session_without_touching_the_shared_mod
         script.bash(f"cat <<'EOF' > t{n}.py\nx\nEOF")
         script.bash(f"python t{n}.py", "ok")
     analyzer = Analyzer(model)
-    from harness.speculation.rehearsal import replay
+    from harness.speculation.prediction.rehearsal import replay
 
     decisions = replay(analyzer, script.events)
     runs = [d for d in decisions if d.action.kind == "script"]
@@ -114,7 +115,7 @@ def test_same_directory_is_split_by_instance(tmp_path: Path) -> None:
 def test_bench_runs_on_real_trajectories() -> None:
     files = sorted(MINI.glob("*.traj.json"))
     sessions = [s for f in files[:10] for s in load_sessions(f)]
-    model = PatternModel.learn([s.events for s in sessions[:8]], epochs=1)
+    model = learn([s.events for s in sessions[:8]], epochs=1)
     result = predict.evaluate(model, sessions[8:])
     assert result["actions"] > 20 and result["moments"]["c"]["top3"] > 0
 
@@ -148,7 +149,7 @@ def test_runners_and_file_in_hand_rates_are_learned_and_saved(tmp_path: Path) ->
             script.bash(f"sed -n '3,9p' pkg/mod{n}.py", f"def {name}():\n")
         script.bash(f"python3 tests/runtests.py app{n}", "OK")
         sessions.append(script.events)
-    model = PatternModel.learn(sessions, epochs=1)
+    model = learn(sessions, epochs=1)
     runner = next(r for r in model.test_runners if "runtests" in r["runner"])
     assert runner["runner"] == "{python} tests/runtests.py" and runner["dotted"] is True
     rate, seconds = model.derive["search|same"]
@@ -158,13 +159,13 @@ def test_runners_and_file_in_hand_rates_are_learned_and_saved(tmp_path: Path) ->
 
 
 def test_learning_cross_fits_the_ranker_and_copes_with_one_session() -> None:
-    assert PatternModel.learn([habit_session(0)], epochs=1).sessions == 1
-    model = PatternModel.learn([habit_session(n) for n in range(8)], epochs=1, folds=4)
+    assert learn([habit_session(0)], epochs=1).sessions == 1
+    model = learn([habit_session(n) for n in range(8)], epochs=1, folds=4)
     assert model.sessions == 8 and model.ranker.weights["a"]
 
 
 def test_a_gzipped_model_is_the_same_bytes_every_time_and_loads_back(tmp_path: Path) -> None:
-    model = PatternModel.learn([habit_session(n) for n in range(4)], epochs=1)
+    model = learn([habit_session(n) for n in range(4)], epochs=1)
     first, second = model.save(tmp_path / "a.json.gz"), model.save(tmp_path / "b.json.gz")
     assert first.read_bytes() == second.read_bytes() and first.read_bytes()[:2] == b"\x1f\x8b"
     assert PatternModel.load(first).to_json() == model.to_json()
@@ -173,8 +174,8 @@ def test_a_gzipped_model_is_the_same_bytes_every_time_and_loads_back(tmp_path: P
 def test_tao_ships_a_learned_model_and_a_users_own_comes_first(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.launch import load_patterns
-    from harness.speculation.pattern_model import SHIPPED_MODEL, default_model_path
-    from harness.speculation.scheduler import Budget
+    from harness.speculation.prediction.pattern_model import SHIPPED_MODEL, default_model_path
+    from harness.speculation.running.scheduler import Budget
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     shipped = load_patterns(None)
@@ -189,7 +190,7 @@ def test_tao_ships_a_learned_model_and_a_users_own_comes_first(tmp_path: Path,
     best = analyzer.predict("a", k=1)[0]  # after an edit, the failing test again: likely enough to be launched
     assert best.key == canonical_bash("python -m pytest tests/test_ops.py -q").key
     assert best.probability >= Budget().min_probability
-    own = PatternModel.learn([habit_session(0), habit_session(1)], epochs=1)
+    own = learn([habit_session(0), habit_session(1)], epochs=1)
     own.save(default_model_path())
     assert load_patterns(None).sessions == own.sessions == 2
 

@@ -12,9 +12,10 @@ from harness.bench import fuzz_traces
 from harness.bench.fuzz_traces_seeds import builtin_seeds, mutate
 from harness.events import SessionStart
 from harness.calls.canonical import canonical
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.past import past_sessions
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.past import past_sessions
+from harness.speculation.prediction.patterns import Analyzer
+from harness.speculation.prediction.training import adapt
 from harness.traces.common import Imported, write_session
 from tests.helpers import EXAMPLES, ROOT, make_calc_repo
 from tests.test_patterns_dataflow import Script, analyzer_after
@@ -39,13 +40,13 @@ def test_past_sessions_teach_the_users_own_habit() -> None:
     before = analyzer_after(now, PatternModel()).predict("a", k=3)
     assert before[0].key != SUITE
     model = PatternModel()
-    assert model.adapt(targeted_then_suite(n).events for n in range(6)) == 6
+    assert adapt(model, (targeted_then_suite(n).events for n in range(6))) == 6
     after = analyzer_after(now, model).predict("a", k=3)
     assert after[0].key == SUITE
 
 
 def test_adapting_stops_when_its_time_is_up() -> None:
-    assert PatternModel().adapt((targeted_then_suite(n).events for n in range(6)), seconds=0.0) == 0
+    assert adapt(PatternModel(), (targeted_then_suite(n).events for n in range(6)), seconds=0.0) == 0
 
 
 def test_past_sessions_are_the_newest_that_made_a_call(tmp_path: Path) -> None:
@@ -68,7 +69,7 @@ def test_a_session_adapted_to_the_past_keeps_the_saved_model_unchanged(tmp_path:
     path = model.save(tmp_path / "patterns.json")
     saved = path.read_text()
     adapted = PatternModel.load(path)
-    adapted.adapt(targeted_then_suite(n).events for n in range(3))
+    adapt(adapted, (targeted_then_suite(n).events for n in range(3)))
     assert path.read_text() == saved
     assert Analyzer(adapted).ranker.weights != Analyzer(PatternModel.load(path)).ranker.weights
 
@@ -104,7 +105,7 @@ def test_corrupt_newest_sessions_are_skipped_and_the_good_ones_still_taken(tmp_p
     assert tally.crashes == 0, tally.examples
     starts = [next(e for e in events if isinstance(e, SessionStart)) for events in found]
     assert [start.session_id for start in starts][-3:] == ["past-2", "past-1", "past-0"]
-    assert fuzz_traces.guarded(tally, None, "adapt", None, lambda: PatternModel().adapt(found)) == len(found)
+    assert fuzz_traces.guarded(tally, None, "adapt", None, lambda: adapt(PatternModel(), found)) == len(found)
     assert tally.crashes == 0, tally.examples
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from harness.events import SessionStart
 from harness.calls.canonical import canonical, canonical_bash
-from harness.speculation.extract import ReasoningFacts, path_mentions
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import Partial
-from harness.speculation.state import SessionState, listing_entries, split_test, tree_entries
+from harness.speculation.prediction.extract import ReasoningFacts, path_mentions
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import Partial
+from harness.speculation.prediction.state import SessionState, listing_entries, split_test, tree_entries
 from tests.test_patterns_dataflow import Script, analyzer_after, find, read
 
 DJANGO_RUNNER = [{"runner": "./tests/runtests.py", "dotted": True, "share": 0.3},

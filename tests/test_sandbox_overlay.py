@@ -138,7 +138,7 @@ async def test_program_not_found_raises_like_the_workspace(setup: tuple[Workspac
 
 async def test_surface_matches_the_workspace(tmp_path: Path, state_base: Path) -> None:
     workspace = Workspace(make_repo(tmp_path / "ws"))
-    async with workspace.overlay(state_dir=state_base) as overlay:
+    async with Overlay(workspace, state_dir=state_base) as overlay:
         assert isinstance(overlay, WorkspaceView) and isinstance(workspace, WorkspaceView)
         assert overlay.version == workspace.version
         assert overlay.resolve("src/app.py") == overlay.root / "src" / "app.py"

@@ -13,9 +13,9 @@ from harness.engine.recorded import ReplayEngine, Recording, Turn, load_recordin
 from harness.events import (Event, FormatError, LLMEnd, SessionEnd, SessionStart, SpecToggle, ToolCall, ToolResult,
                             TrajectoryWriter, comparable, read_trajectory)
 from harness.session import Session, SessionConfig
-from harness.speculation.pattern_model import SHIPPED_MODEL, PatternModel
-from harness.speculation.patterns import Analyzer
-from harness.speculation.state import MAX_PARTS, SessionState
+from harness.speculation.prediction.pattern_model import SHIPPED_MODEL, PatternModel
+from harness.speculation.prediction.patterns import Analyzer
+from harness.speculation.prediction.state import MAX_PARTS, SessionState
 from sandbox import Workspace
 from tests.helpers import EXAMPLES, make_calc_repo
 from tools import default_tools

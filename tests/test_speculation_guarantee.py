@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from harness.engine.recorded import Recording, ReplayEngine, Turn, load_recording
 from harness.events import Event, SpecLaunch, SpecSummary, ToolResult, comparable
 from harness.session import Session
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import Analyzer
 from sandbox import Workspace
 from tests.helpers import EXAMPLES, make_calc_repo
 from tools import default_tools

@@ -17,8 +17,8 @@ import pytest
 from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, ToolCall, ToolResult
 from harness.protocol import ParsedCall
 from harness.calls.canonical import canonical
-from harness.speculation.patterns import Candidate, Partial
-from harness.speculation.scheduler import Budget, SpeculationScheduler
+from harness.speculation.prediction.patterns import Candidate, Partial
+from harness.speculation.running.scheduler import Budget, SpeculationScheduler
 from sandbox import Workspace
 from tests.helpers import make_calc_repo
 from tools import default_tools, run_tool

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sandbox import Workspace
+from sandbox import Workspace, WorkspaceView
 from tools import Bash, Effect, Observation, default_tools, run_tool
 from tools.base import call_deadline
 
@@ -110,7 +110,7 @@ class Broken:
     parameters: dict[str, Any] = {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
     effect = Effect.PURE
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         return {}["missing"]  # type: ignore[no-any-return]
 
 
@@ -133,7 +133,7 @@ class Hanging:
     def __init__(self) -> None:
         self.cancelled = False
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         try:
             await asyncio.Event().wait()
         finally:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 from typing import Any
 
-from sandbox import Workspace, WorkspaceEscape
+from sandbox import WorkspaceEscape, WorkspaceView
 from sandbox.beneath import BadPath
 from tools.base import Effect, Observation, Tool, ToolError, call_deadline, observe
 from tools.editing import EditFile, WriteFile
@@ -54,7 +54,7 @@ def default_tools(*, test_command: str | None = None, bash_timeout: float = DEFA
     ]
 
 
-async def run_tool(tool: Tool, args: Any, workspace: Workspace) -> Observation:
+async def run_tool(tool: Tool, args: Any, workspace: WorkspaceView) -> Observation:
     """Run one call; never raises (but CancelledError). Bad arguments, paths outside the workspace,
     file-system refusals and a call past its deadline (`call_deadline`) come back as error
     observations (`is_error=True`) saying what was wrong and what to do; an unexpected exception inside
@@ -80,7 +80,7 @@ async def run_tool(tool: Tool, args: Any, workspace: Workspace) -> Observation:
                        is_error=True, bug=type(exc).__name__)
 
 
-async def _run_bounded(tool: Tool, name: str, args: dict[str, Any], workspace: Workspace) -> Observation:
+async def _run_bounded(tool: Tool, name: str, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
     """The tool's own observation, or a timeout error once its deadline passes (the run is cancelled)."""
     limit = call_deadline(tool)
     task = asyncio.ensure_future(tool.run(args, workspace))

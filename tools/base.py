@@ -10,7 +10,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from sandbox import Workspace
+from sandbox import WorkspaceView
 
 # Outputs longer than this many characters are cut in the middle, with a note saying how much.
 MAX_OUTPUT_CHARS = 30_000
@@ -50,7 +50,7 @@ class Tool(Protocol):
     parameters: dict[str, Any]  # JSON schema of the arguments object
     effect: Effect
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation: ...
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation: ...
 
 
 def call_deadline(tool: object) -> float:

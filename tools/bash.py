@@ -30,7 +30,7 @@ from typing import Any
 
 import pexpect
 
-from sandbox import Workspace
+from sandbox import WorkspaceView
 from tools.base import Effect, Observation, ToolError, observe
 
 DEFAULT_BASH_TIMEOUT = 120.0
@@ -269,7 +269,7 @@ class Bash:
         # A thread of its own, so a long command never holds up the loop's shared to_thread pool.
         self._worker: ThreadPoolExecutor | None = None
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         command: str = args["command"]
         if not command.strip():
             raise ToolError("command is empty; pass the shell command to run, e.g. 'ls -la'")

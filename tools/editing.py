@@ -9,7 +9,7 @@ import re
 import stat
 from typing import Any
 
-from sandbox import Workspace
+from sandbox import WorkspaceView
 from sandbox.beneath import BadPath, Spot, WorkspaceEscape, locate
 from tools.base import Effect, Observation, ToolError, observe
 from tools.placing import Changed, place
@@ -45,7 +45,7 @@ class EditFile:
     def __init__(self, timeout: float | None = None) -> None:
         self.timeout = timeout  # seconds run_tool lets one call take (None: DEFAULT_TOOL_TIMEOUT)
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         old, new = args["old"], args["new"]
         if old == "":
             raise ToolError("old is empty, so there is nothing to find; put the lines to change in old "
@@ -54,7 +54,7 @@ class EditFile:
             raise ToolError("old and new are identical, so the edit would change nothing; put the new text in new")
         return await asyncio.to_thread(self._edit, args["path"], old, new, workspace)
 
-    def _edit(self, path: str, old: str, new: str, workspace: Workspace) -> Observation:
+    def _edit(self, path: str, old: str, new: str, workspace: WorkspaceView) -> Observation:
         """Read, replace and place the file (blocking: runs in a worker thread)."""
         file, spot = locate_text(workspace, path)
         with spot:
@@ -80,7 +80,7 @@ class EditFile:
         return _edit_report(file.rel, encoded, first, _last_line(first, old), _last_line(first, new) if new else 0)
 
 
-def _check_seen(workspace: Workspace, file: TextFile, spelling: str) -> None:
+def _check_seen(workspace: WorkspaceView, file: TextFile, spelling: str) -> None:
     """Refuse to edit a file whose content is not what the model last saw of it (a file never seen is fine)."""
     seen = getattr(workspace, "seen", None)
     last = seen(file.rel) if callable(seen) else None
@@ -196,10 +196,10 @@ class WriteFile:
     def __init__(self, timeout: float | None = None) -> None:
         self.timeout = timeout  # seconds run_tool lets one call take (None: DEFAULT_TOOL_TIMEOUT)
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         return await asyncio.to_thread(self._write, args["path"], args["content"], workspace)
 
-    def _write(self, path: str, content: str, workspace: Workspace) -> Observation:
+    def _write(self, path: str, content: str, workspace: WorkspaceView) -> Observation:
         """Create the folders and place the file (blocking: runs in a worker thread)."""
         spelling = spell(path)
         spot = _existing_spot(workspace, path)
@@ -229,7 +229,7 @@ class WriteFile:
                        path=spot.rel, created=before is None, bytes=len(data), lines=lines, digest=digest(data))
 
 
-def _existing_spot(workspace: Workspace, path: str) -> Spot | None:
+def _existing_spot(workspace: WorkspaceView, path: str) -> Spot | None:
     """Where `path` leads if its folders exist (None if they do not yet); refusals for escapes and bad paths."""
     try:
         return locate(workspace.root, path)

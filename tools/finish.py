@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sandbox import Workspace
+from sandbox import WorkspaceView
 from tools.base import Effect, Observation, ToolError, observe
 
 
@@ -27,7 +27,7 @@ class Finish:
     def __init__(self, timeout: float | None = None) -> None:
         self.timeout = timeout  # seconds run_tool lets one call take (None: DEFAULT_TOOL_TIMEOUT)
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         summary: str = args["summary"]
         if not summary.strip():
             raise ToolError("summary is empty; say in a sentence or two what was done and how it was checked")

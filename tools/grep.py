@@ -27,7 +27,7 @@ from typing import Any
 
 import regex
 
-from sandbox import ProcessResult, Workspace, landlock, run_process
+from sandbox import ProcessResult, WorkspaceView, landlock, run_process
 from sandbox.beneath import locate, open_real
 from sandbox.process import DEFAULT_MAX_BYTES
 from tools.base import DEFAULT_TOOL_TIMEOUT, MAX_OUTPUT_CHARS, Effect, Observation, ToolError, observe
@@ -105,7 +105,7 @@ class Grep:
         """Seconds one call may take (GREP_TIMEOUT, read at call time, unless given)."""
         return self._timeout if self._timeout is not None else GREP_TIMEOUT
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         pattern: str = args["pattern"]
         if not pattern:
             raise ToolError("pattern is empty; pass a regular expression such as 'def main' or 'TODO'")
@@ -184,7 +184,7 @@ class Target:
         return b"".join(chunks)
 
 
-def _target(workspace: Workspace, path: str | None) -> Target:
+def _target(workspace: WorkspaceView, path: str | None) -> Target:
     """What to search, looked up without leaving the workspace; a named file is opened and held."""
     with locate(workspace.root, path or ".") as spot:
         try:

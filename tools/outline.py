@@ -9,7 +9,7 @@ from typing import Any
 
 from tree_sitter import Language, Parser
 
-from sandbox import Workspace
+from sandbox import WorkspaceView
 from tools.base import Effect, Observation, ToolError, observe
 from tools.textfile import load_text, spell
 
@@ -55,10 +55,10 @@ class Outline:
     def __init__(self, timeout: float | None = None) -> None:
         self.timeout = timeout  # seconds run_tool lets one call take (None: DEFAULT_TOOL_TIMEOUT)
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         return await asyncio.to_thread(self._run, args, workspace)
 
-    def _run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    def _run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         file = load_text(workspace, args["path"])
         if not file.path.name.endswith(SUPPORTED_EXTENSIONS):
             raise ToolError(f"outline supports {', '.join(SUPPORTED_EXTENSIONS)} files, not {spell(args['path'])}; "

@@ -8,7 +8,7 @@ import stat
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandbox import Workspace
+from sandbox import WorkspaceView
 from sandbox.beneath import BadPath, WorkspaceEscape, locate, open_real
 from tools.base import MAX_OUTPUT_CHARS, Effect, Observation, ToolError, observe
 from tools.schema import number
@@ -41,10 +41,10 @@ class ReadFile:
     def __init__(self, timeout: float | None = None) -> None:
         self.timeout = timeout  # seconds run_tool lets one call take (None: DEFAULT_TOOL_TIMEOUT)
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         return await asyncio.to_thread(self._run, args, workspace)
 
-    def _run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    def _run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         return self.render(load_text(workspace, args["path"]), args)
 
     def render(self, file: TextFile, args: dict[str, Any]) -> Observation:
@@ -148,10 +148,10 @@ class ListFiles:
         self.max_entries = max_entries
         self.timeout = timeout  # seconds run_tool lets one call take (None: DEFAULT_TOOL_TIMEOUT)
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         return await asyncio.to_thread(self._run, args, workspace)
 
-    def _run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    def _run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         path = args.get("path") or "."
         fd, rel = _open_folder(workspace, path, args.get("path"))
         try:
@@ -168,7 +168,7 @@ class ListFiles:
         return observe(text, path=rel, entries=listing.total)
 
 
-def _open_folder(workspace: Workspace, path: str, given: Any) -> tuple[int, str]:
+def _open_folder(workspace: WorkspaceView, path: str, given: Any) -> tuple[int, str]:
     """A descriptor of the folder to list and its workspace-relative spelling; ToolErrors the model can act on."""
     try:
         spot = locate(workspace.root, path)

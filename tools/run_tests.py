@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandbox import Workspace
+from sandbox import WorkspaceView
 from tools.base import Effect, Observation, ToolError, observe
 
 DEFAULT_TEST_TIMEOUT = 300.0
@@ -126,10 +126,10 @@ class RunTests:
         self.timeout = timeout
         self.default_command = default_command
 
-    def command_for(self, workspace: Workspace) -> str | None:
+    def command_for(self, workspace: WorkspaceView) -> str | None:
         return self.default_command or detect_test_command(workspace.root)
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         command = (args.get("command") or "").strip() or await asyncio.to_thread(self.command_for, workspace)
         if command and "\0" in command:
             raise ToolError("command contains a NUL byte, which no shell command can hold; remove it")

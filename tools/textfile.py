@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox import Workspace
+from sandbox import WorkspaceView
 from sandbox.beneath import BadPath, Spot, WorkspaceEscape, locate, open_beneath, open_real, real_path
 from tools.base import ToolError
 
@@ -69,14 +69,14 @@ def spell(path: object) -> str:
     return repr(text)
 
 
-def path_error(exc: Exception, workspace: Workspace, path: str, *, missing: str = "file not found") -> ToolError:
+def path_error(exc: Exception, workspace: WorkspaceView, path: str, *, missing: str = "file not found") -> ToolError:
     """The ToolError for a path that cannot be looked up: outside, unusable, or missing."""
     if isinstance(exc, (WorkspaceEscape, BadPath)):
         return ToolError(str(exc))
     return ToolError(f"{missing}: {spell(path)}{near_names(workspace, path)}")
 
 
-def load_text(workspace: Workspace, path: str) -> TextFile:
+def load_text(workspace: WorkspaceView, path: str) -> TextFile:
     """Read a regular file inside the workspace; a ToolError if it is missing, a directory or too large."""
     try:
         fd, rel = open_beneath(workspace.root, path, READ_FLAGS)
@@ -88,7 +88,7 @@ def load_text(workspace: Workspace, path: str) -> TextFile:
         os.close(fd)
 
 
-def locate_text(workspace: Workspace, path: str) -> tuple[TextFile, Spot]:
+def locate_text(workspace: WorkspaceView, path: str) -> tuple[TextFile, Spot]:
     """Like `load_text`, and also where the file lies (the caller closes the Spot): edits rename there."""
     try:
         spot = locate(workspace.root, path)
@@ -108,7 +108,7 @@ def locate_text(workspace: Workspace, path: str) -> tuple[TextFile, Spot]:
         raise
 
 
-def read_text(fd: int, rel: str, path: str, workspace: Workspace) -> TextFile:
+def read_text(fd: int, rel: str, path: str, workspace: WorkspaceView) -> TextFile:
     """The TextFile of an opened descriptor, refusing what is not a regular file of a readable size."""
     info = os.fstat(fd)
     if stat.S_ISDIR(info.st_mode):
@@ -166,7 +166,7 @@ def number_lines(lines: list[str], first: int) -> str:
     return "\n".join(out)
 
 
-def near_names(workspace: Workspace, path: str) -> str:
+def near_names(workspace: WorkspaceView, path: str) -> str:
     """A cheap hint for a missing path: similar names in its directory, or that its directory is missing."""
     try:
         real = real_path(workspace.root, path)
@@ -187,7 +187,7 @@ def near_names(workspace: Workspace, path: str) -> str:
     return f"; use list_files {shown_parent} to see what is there"
 
 
-def list_names(workspace: Workspace, rel: str) -> list[str]:
+def list_names(workspace: WorkspaceView, rel: str) -> list[str]:
     """The entry names of a symlink-free workspace-relative directory, opened without leaving the root."""
     root_fd = os.open(workspace.root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

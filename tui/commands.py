@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.checkpoints import CheckpointError
+from tui.command_list import COMMANDS
 from tui.screens.diff import DiffScreen
-from tui.screens.keys import COMMANDS, KeysScreen
+from tui.screens.keys import KeysScreen
 from tui.widgets.conversation.pane import ConversationPane
 from tui.widgets.prompt.box import PromptBox
 

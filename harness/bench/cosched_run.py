@@ -30,8 +30,8 @@ from harness.errors import UsageError
 from harness.events import Event, LLMEnd, SpecObsSettle, SpecSummary
 from harness.launch import SessionOptions, open_session
 from harness.session import SessionConfig
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import Analyzer
 from sandbox import Workspace
 from tools import tool_specs
 

@@ -25,7 +25,7 @@ from harness.protocol import ParsedCall
 from harness.launch import SessionOptions, open_session
 from harness.session import Session
 from harness.calls.canonical import canonical
-from harness.speculation.patterns import Candidate
+from harness.speculation.prediction.patterns import Candidate
 from sandbox import Workspace
 from tools import default_tools
 

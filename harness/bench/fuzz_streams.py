@@ -35,9 +35,9 @@ from harness.bench.stream_gen import NativeCase, StreamGen, TextCase
 from harness.errors import UsageError
 from harness.events import FormatError, SessionStart, ToolCall, ToolResult
 from harness.calls.canonical import canonical
-from harness.speculation.pattern_model import SHIPPED_MODEL, PatternModel
-from harness.speculation.patterns import Analyzer, Partial
-from harness.speculation.prefix import args_prefix_of
+from harness.speculation.prediction.pattern_model import SHIPPED_MODEL, PatternModel
+from harness.speculation.prediction.patterns import Analyzer, Partial
+from harness.speculation.prediction.prefix import args_prefix_of
 
 EXAMPLES = 5  # crashes and violations shown in full
 ANALYZE_EVERY = 4  # every so many text cases also go through the analyzer (predictions cost milliseconds)

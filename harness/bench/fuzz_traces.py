@@ -38,8 +38,9 @@ from harness.bench.fuzz_traces_seeds import Seed, builtin_seeds, mutate
 from harness.errors import UsageError
 from harness.events import EventDecodeError, read_trajectory
 from harness.calls.canonical import canonical
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.past import past_sessions
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.past import past_sessions
+from harness.speculation.prediction.training import adapt
 from harness.traces import FORMATS, ImportReport, load_sessions, trajectory_files, write_session
 
 KINDS = ("directory", "fifo", "unreadable", "dangling-link", "link-loop")  # not a readable regular file
@@ -201,7 +202,7 @@ def use(session: Any, scratch: Path) -> None:
     for event in session.events:
         if event.type == "tool_call":
             canonical(event.name, event.arguments, root)
-    PatternModel().adapt([session.events])
+    adapt(PatternModel(), [session.events])
     written = write_session(session, scratch)
     again = read_trajectory(written)
     if [e.to_json() for e in again] != [e.to_json() for e in session.events]:
@@ -217,7 +218,7 @@ def check_folder(tally: Tally, cases: list[Case], folder: Path, expected: int, k
     if sessions is not None and len(sessions) != expected:
         tally.folder_mismatches += 1
     guarded(tally, None, "past sessions", keep,
-            lambda: PatternModel().adapt(past_sessions(folder, limit=len(cases) + 2)))
+            lambda: adapt(PatternModel(), past_sessions(folder, limit=len(cases) + 2)))
 
 
 def from_dir(directory: Path, rng: random.Random, limit: int = 60) -> list[Seed]:

@@ -38,9 +38,11 @@ from harness.errors import UsageError
 from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
 from harness.launch import SessionOptions, open_session
 from harness.session import Session, SessionConfig
-from harness.speculation.pattern_model import SHIPPED_MODEL, PatternModel, default_model_path, installed_model
-from harness.speculation.past import PAST_SECONDS
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.pattern_model import (SHIPPED_MODEL, PatternModel, default_model_path,
+                                                        installed_model)
+from harness.speculation.prediction.past import PAST_SECONDS
+from harness.speculation.prediction.patterns import Analyzer
+from harness.speculation.prediction.training import adapt
 from sandbox import Workspace
 
 MODES = ("off", "on", "cold", "oracle")
@@ -79,7 +81,7 @@ def analyzer_for(mode: str, session: recorded.LiveSession, model: Path | None,
         return OracleAnalyzer(session.recording)
     learned = PatternModel.load(model) if model is not None else PatternModel()
     if mode == "on":
-        learned.adapt(past, seconds=PAST_SECONDS)
+        adapt(learned, past, seconds=PAST_SECONDS)
     return Analyzer(learned)
 
 

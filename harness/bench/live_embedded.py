@@ -50,7 +50,7 @@ from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart
 from harness.launch import SessionOptions, open_session
 from harness.session import Session, SessionConfig
 from harness.calls.canonical import canonical
-from harness.speculation.scheduler import Budget, LastRun
+from harness.speculation.running.scheduler import Budget, LastRun
 from sandbox import Workspace
 
 MODES = ("nowarm", "warm", "provisional")

@@ -19,8 +19,8 @@ from harness import protocol
 from harness.engine.recorded import Recording, Turn
 from harness.events import Event, LLMEnd, SessionStart
 from harness.calls.canonical import canonical
-from harness.speculation.latency import modelled_latency
-from harness.speculation.patterns import Candidate, Partial
+from harness.speculation.prediction.latency import modelled_latency
+from harness.speculation.prediction.patterns import Candidate, Partial
 
 
 def turn_calls(turn: Turn) -> list[tuple[str, dict[str, Any]]]:

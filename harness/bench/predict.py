@@ -1,6 +1,6 @@
 """`tao bench predict`: learn patterns from one set of trajectories, predict every call of another.
 
-Every executed call of the test set is predicted without looking ahead (harness.speculation.rehearsal)
+Every executed call of the test set is predicted without looking ahead (harness.speculation.prediction.rehearsal)
 at moments (a) previous observation in, (b) reasoning streamed, (c) call name and first argument
 characters known. Reported: exact-match top-1/top-3 accuracy per moment (candidates by probability),
 for all calls and for slow ones (scripts and test runs); the share of modelled tool latency whose
@@ -22,10 +22,11 @@ from typing import Any
 
 from harness.events import ToolResult
 from harness.calls.action import MUTATING, SLOW_KINDS, UNKNOWN, Action
-from harness.speculation.latency import modelled_latency
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import ONLINE_RATE, Analyzer, Candidate
-from harness.speculation.rehearsal import PREFIX_CHARS, Decision, replay
+from harness.speculation.prediction.latency import modelled_latency
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import ONLINE_RATE, Analyzer, Candidate
+from harness.speculation.prediction.rehearsal import PREFIX_CHARS, Decision, replay
+from harness.speculation.prediction.training import learn
 from harness.traces import Imported, ImportReport, load_sessions
 
 MOMENTS = ("a", "b", "c")
@@ -131,7 +132,7 @@ def run(train_dir: Path, test_dir: Path, k: int = 3, holdout: float = 0.3, model
     if model_path is not None:
         model = PatternModel.load(model_path)
     else:
-        model = PatternModel.learn([s.events for s in train], epochs=epochs)
+        model = learn([s.events for s in train], epochs=epochs)
     learned = time.perf_counter()
     if save_model is not None:
         model.save(save_model)

@@ -8,7 +8,7 @@ real tools, speculation off; every call's output and duration are kept, keyed by
 key and the number of mutating calls made before it (the workspace version a simulated session has
 at that point, since simulated tools change no file). A simulated tool sleeps for the recorded
 duration and returns the recorded observation; a call that was never recorded (a wrong speculative
-guess) takes the modelled latency of its kind (harness.speculation.latency) and returns a note. The
+guess) takes the modelled latency of its kind (harness.speculation.prediction.latency) and returns a note. The
 effect classes are the real tools', so speculation launches, isolates and promotes exactly as it would.
 """
 
@@ -29,7 +29,7 @@ from harness.events import Event, ToolCall, ToolResult
 from harness.launch import SessionOptions, open_session
 from harness.session import SessionConfig
 from harness.calls.canonical import canonical
-from harness.speculation.latency import modelled_latency
+from harness.speculation.prediction.latency import modelled_latency
 from sandbox import Workspace
 from tools import default_tools
 from tools.base import Effect, Observation, Tool

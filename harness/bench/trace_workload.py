@@ -11,7 +11,7 @@ on average and 40 steps, which is where PASTE's pacing is meant to pay. Each imp
   command that amounts to a structured Tao tool (`cat f` is read_file, `grep -rn` is grep, `pytest` is
   run_tests) is called as that tool, as Tao's own agent would; anything else stays `bash`;
 - the book answers each call with the recorded observation after the trace's measured duration, or
-  the modelled latency of its kind (harness.speculation.latency) where the trace has none.
+  the modelled latency of its kind (harness.speculation.prediction.latency) where the trace has none.
 
 Not modelled: hidden reasoning tokens (Gemini's thinking; only the visible answer is decoded), and
 how Tao's tools would render an observation (the recorded shell output stands for it).
@@ -31,7 +31,7 @@ from harness.engine.recorded import Recording, Turn
 from harness.errors import UsageError
 from harness.events import LLMEnd, SessionStart, ToolCall, ToolResult
 from harness.calls.canonical import canonical
-from harness.speculation.latency import modelled_latency
+from harness.speculation.prediction.latency import modelled_latency
 from harness.traces import Imported, ImportReport, load_sessions
 from tools import default_tools
 from tools.base import Effect

@@ -34,7 +34,7 @@ from harness.bench import emit, machine, run_module
 from harness.bench.engine import run_one
 from harness.engine.base import Engine, LLMRequest
 from harness.errors import UsageError
-from harness.speculation.observation import WARM_CHUNK_TOKENS, ObservationSpeculator
+from harness.speculation.running.observation import WARM_CHUNK_TOKENS, ObservationSpeculator
 from tools import default_tools, tool_specs
 
 CASES = ("wrong", "right")

@@ -35,8 +35,8 @@ from harness.engine.base import Engine
 from harness.events import Event, SessionEnd, SpecSummary, TrajectoryWriter
 from harness.launch import SessionOptions, open_session
 from harness.session import SessionConfig
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import Analyzer
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import Analyzer
 from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT, evaluate, run_report
 from harness.swebench.instances import Instance
 from harness.swebench.progress import BatchProgress

@@ -9,6 +9,8 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+from tui.command_list import COMMANDS
+
 KEYS = (
     ("Enter", "send the task, or a follow-up message (queued while the agent works)"),
     ("Ctrl+C", "interrupt the current step; the session goes on (copies instead when text is selected)"),
@@ -18,17 +20,6 @@ KEYS = (
     ("Ctrl+Q", "quit (the session is saved; `tao --resume` reopens it)"),
     ("y / a / n", "in an approval: approve once, always for this command, deny"),
     ("Tab / →", "complete a /command"),
-)
-
-COMMANDS = (
-    ("/help", "show these commands and keys"),
-    ("/diff", "what this session changed: the diff since its first checkpoint"),
-    ("/undo", "put the files back as they were before the last turn that changed them (again: the one before)"),
-    ("/clear", "clear the conversation for a new task (the model starts afresh; the trajectory keeps it all)"),
-    ("/model", "the engine and model in use, and how to choose another"),
-    ("/compact", "shorten the conversation the model sees"),
-    ("/resume", "pick a saved session of this repository to go on with (before a task starts)"),
-    ("@path", "in a message: attach that file of the repository for the model"),
 )
 
 

@@ -22,9 +22,10 @@ from harness.bench.predict import split
 from harness.bench.replay.policies import BUDGET, POLICIES, SINGLE, TAKE, Tally, plans
 from harness.bench.replay.trace import Trace, build, decide
 from harness.bench.timeline import Plan, Timeline, simulate
-from harness.speculation.pattern_model import PatternModel
-from harness.speculation.patterns import ONLINE_RATE, Analyzer
-from harness.speculation.scheduler import Budget
+from harness.speculation.prediction.pattern_model import PatternModel
+from harness.speculation.prediction.patterns import ONLINE_RATE, Analyzer
+from harness.speculation.prediction.training import learn
+from harness.speculation.running.scheduler import Budget
 from harness.traces import ImportReport
 
 PREFILL_TPS = 5_000.0  # prompt tokens a second (the figure; the GPU profile of harness.engine.sim: ~9.7k)
@@ -131,7 +132,7 @@ def run(train_dir: Path, test_dir: Path, tpots_ms: list[float], sessions: int = 
     report = ImportReport()
     train, test = split(train_dir, test_dir, holdout, report)
     test = test[:limit] if limit else test
-    model = PatternModel.load(model_path) if model_path else PatternModel.learn([s.events for s in train])
+    model = PatternModel.load(model_path) if model_path else learn([s.events for s in train])
     if save_model is not None:
         model.save(save_model)
     learned = time.perf_counter()

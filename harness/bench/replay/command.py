@@ -10,7 +10,7 @@ from typing import Any
 
 from harness.bench import dump
 from harness.errors import UsageError
-from harness.speculation.scheduler import Budget
+from harness.speculation.running.scheduler import Budget
 
 RUN_LABELS = {"baseline": "serial", "tao": "Tao", "paste": "patterns (a) only", "spork": "streamed (b,c) only",
               "aospec": "observations only", "oracle": "oracle", "oracle_obs": "oracle + observations",

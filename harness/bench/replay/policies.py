@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from harness.bench.replay.trace import CallInfo, Trace, hit, runnable
 from harness.bench.timeline import Launch, Miss, Plan
 from harness.calls.action import MUTATING, SANDBOXED, UNKNOWN, changes_workspace
-from harness.speculation.patterns import Candidate
-from harness.speculation.prefix import agrees, first_value
-from harness.speculation.rehearsal import PREFIX_CHARS
-from harness.speculation.scheduler import Budget
+from harness.speculation.prediction.patterns import Candidate
+from harness.speculation.prediction.prefix import agrees, first_value
+from harness.speculation.prediction.rehearsal import PREFIX_CHARS
+from harness.speculation.running.scheduler import Budget
 
 POLICIES = ("baseline", "tao", "paste", "spork", "aospec", "oracle", "oracle_obs", "oracle_speculable")
 SINGLE = ("paste", "spork", "aospec")

@@ -5,7 +5,7 @@ Token counts: a step's output tokens are the recorded ones where the trace has t
 length / CHARS_PER_TOKEN. Its new prompt tokens are those of what came back since the last model call
 (observations, format errors; the first call: the agent's instructions and the task): the previous
 prompt and answer are in the prefix cache. Tool seconds come from `tool_seconds` (harness.bench.replay.tool_times).
-The analyzer's decisions are made by harness.speculation.rehearsal, which never looks ahead.
+The analyzer's decisions are made by harness.speculation.prediction.rehearsal, which never looks ahead.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from harness.bench.timeline import Step
 from harness.events import Event, FormatError, LLMEnd, SessionStart, ToolCall, ToolResult
 from harness.calls.action import MUTATING, UNKNOWN, Action
 from harness.calls.canonical import canonical
-from harness.speculation.extract import reasoning_part
-from harness.speculation.patterns import Analyzer, Candidate
-from harness.speculation.rehearsal import PREFIX_CHARS, Decision, replay
+from harness.speculation.prediction.extract import reasoning_part
+from harness.speculation.prediction.patterns import Analyzer, Candidate
+from harness.speculation.prediction.rehearsal import PREFIX_CHARS, Decision, replay
 
 CHARS_PER_TOKEN = 3.4
 INSTRUCTION_TOKENS = 2_000  # the agent's system prompt and instructions (mini-swe-agent's first prompt: ~2.7k tokens)

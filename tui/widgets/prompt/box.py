@@ -8,7 +8,7 @@ from textual.message import Message
 from textual.suggester import SuggestFromList
 from textual.widgets import Input
 
-from tui.screens.keys import COMMANDS
+from tui.command_list import COMMANDS
 
 
 class PromptBox(Input):

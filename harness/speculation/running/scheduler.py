@@ -31,13 +31,14 @@ from typing import Any
 from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, SpecSummary, ToolCall, ToolResult
 from harness.protocol import ParsedCall
 from harness.calls.canonical import canonical
-from harness.speculation.patterns import Analyzer, Candidate, Partial
-from harness.speculation.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
+from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
+from harness.speculation.running.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
 from sandbox import Workspace
 from sandbox.overlay import Overlay
 from sandbox.promote import PromotionRefused, apply_changes
 from tools import run_tool
 from tools.base import Effect, Observation, Tool
+from tools.reading import ReadFile
 from tools.textfile import TextFile
 
 _log = logging.getLogger(__name__)
@@ -265,9 +266,10 @@ class SpeculationScheduler:
         tool = self.tools[spec.candidate.name]
         args = spec.candidate.arguments
         try:
-            if (path := whole_read(tool, args)) is not None:
-                observation = await run_tool(tool, args, self.workspace)
-                spec.file = await kept_file(tool, path, observation, self.workspace)  # type: ignore[arg-type]
+            if (whole := whole_read(tool, args)) is not None:
+                reader, path = whole
+                observation = await run_tool(reader, args, self.workspace)
+                spec.file = await kept_file(reader, path, observation, self.workspace)
                 return observation
             if tool.effect is Effect.SANDBOXED:
                 spec.overlay = await Overlay(self.workspace).open()
@@ -372,7 +374,9 @@ class SpeculationScheduler:
         if spec is None or spec.state is not SpecState.READY or spec.file is None or spec.version != version:
             return None, None
         tool = self.tools[spec.candidate.name]
-        return spec, await run_tool(Rendered(tool, spec.file), args, self.workspace)  # type: ignore[arg-type]
+        if not isinstance(tool, ReadFile):  # a file is kept only from a whole read by read_file (whole_read)
+            return None, None
+        return spec, await run_tool(Rendered(tool, spec.file), args, self.workspace)
 
     def _promote(self, spec: Speculation, call: ParsedCall, arrived: float, sliced: bool) -> None:
         """Book a speculation as used for `call`: the time it hid, and the event that says so."""

@@ -23,16 +23,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.events import Event, SessionStart, ToolCall, ToolResult
-from harness.speculation import dataflow, reasoning, testruns
+from harness.speculation.prediction import dataflow, reasoning, testruns
 from harness.calls.action import KINDS, MUTATING, PURE, Action
 from harness.calls.canonical import canonical
-from harness.speculation.controlflow import START, KindModel, contexts
-from harness.speculation.extract import ReasoningFacts
-from harness.speculation.latency import modelled_latency
-from harness.speculation.pattern_model import PatternModel, status
-from harness.speculation.prefix import consistent, completions
-from harness.speculation.ranker import Features, Ranker
-from harness.speculation.state import SessionState
+from harness.speculation.prediction.controlflow import START, KindModel, contexts
+from harness.speculation.prediction.extract import ReasoningFacts
+from harness.speculation.prediction.latency import modelled_latency
+from harness.speculation.prediction.pattern_model import PatternModel, status
+from harness.speculation.prediction.prefix import consistent, completions
+from harness.speculation.prediction.ranker import Features, Ranker
+from harness.speculation.prediction.state import SessionState
 
 MOMENTS = ("a", "b", "c")
 ONLINE_RATE = 0.01  # ranker step size for learning from the live session (offline training uses 0.1)

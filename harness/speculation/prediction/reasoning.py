@@ -15,9 +15,9 @@ import re
 
 from harness.calls.action import MUTATING, SCRIPT, TEST, grep_action, list_action, read_action
 from harness.calls.canonical import canonical_bash
-from harness.speculation.dataflow import Pool, around
-from harness.speculation.extract import ReasoningFacts
-from harness.speculation.state import SessionState
+from harness.speculation.prediction.dataflow import Pool, around
+from harness.speculation.prediction.extract import ReasoningFacts
+from harness.speculation.prediction.state import SessionState
 
 
 MAX_SYMBOLS, MAX_PLACES = 3, 5  # quoted names searched for, and where: the candidates grow as their product

@@ -22,7 +22,7 @@ from harness.calls import shellwords
 from harness.calls.action import (CLEANUP, EDIT, LIST, READ, SCRIPT, SEARCH, SHELL, TEST, VIEW, WRITE, WRITE_RUN,
                                         Action, changes_workspace, norm_path)
 from harness.calls.canonical import canonical
-from harness.speculation.extract import blank_long_runs, path_mentions
+from harness.speculation.prediction.extract import blank_long_runs, path_mentions
 from harness.calls.shellmap import command_kind
 
 _NUMBERED = re.compile(r"(?m)^\s*\d+(?:\t|: |\| |\u2192)")

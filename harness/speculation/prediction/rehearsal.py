@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from harness.events import Event, LLMEnd, SessionStart, ToolCall
 from harness.calls.action import Action
 from harness.calls.canonical import canonical
-from harness.speculation.extract import reasoning_part
-from harness.speculation.patterns import Analyzer, Candidate, Partial
-from harness.speculation.prefix import first_value
+from harness.speculation.prediction.extract import reasoning_part
+from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
+from harness.speculation.prediction.prefix import first_value
 
 PREFIX_CHARS = 8
 

@@ -1,6 +1,6 @@
 """The user's past Tao sessions, newest first: what the analyzer adapts to before a new session starts.
 
-    taken = model.adapt(past_sessions(state_dir() / "trajectories"), seconds=PAST_SECONDS)
+    taken = adapt(model, past_sessions(state_dir() / "trajectories"), seconds=PAST_SECONDS)
 
 The learned model comes from other agents' trajectories; the user's own sessions show Tao's tools and
 the user's projects, which is what the next session will look like.

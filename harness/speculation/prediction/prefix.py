@@ -12,10 +12,10 @@ import json
 import re
 from typing import Any
 
-from harness.speculation import dataflow
+from harness.speculation.prediction import dataflow
 from harness.calls.action import Action
 from harness.calls.canonical import canonical
-from harness.speculation.state import SessionState
+from harness.speculation.prediction.state import SessionState
 
 _FIRST_STRING = re.compile(r'\s*\{\s*"(?:[^"\\]|\\.)*"\s*:\s*"((?:[^"\\]|\\.)*\\?)')
 _WRITERS = ("cat <<", "cat >", "echo ", "printf ", "tee ", "sed -i", "python - <<", "python3 - <<")

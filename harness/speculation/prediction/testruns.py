@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from harness.calls.action import TEST, make
 from harness.calls.canonical import canonical_bash
-from harness.speculation.dataflow import Pool
-from harness.speculation.state import SessionState, is_test_file
+from harness.speculation.prediction.dataflow import Pool
+from harness.speculation.prediction.state import SessionState, is_test_file
 from tools.run_tests import EXAMPLE_RUNNER
 
 PY = "{python}"  # the interpreter slot of a learned runner template

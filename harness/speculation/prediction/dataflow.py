@@ -20,8 +20,8 @@ from typing import Any
 
 from harness.calls.action import FINISH, OTHER, SLOW_KINDS, VIEW, Action, list_action, read_action
 from harness.calls.canonical import canonical_bash
-from harness.speculation.state import SessionState, file_in_hand
-from harness.speculation.syntax import enclosing_range
+from harness.speculation.prediction.state import SessionState, file_in_hand
+from harness.speculation.prediction.syntax import enclosing_range
 
 REPEAT_LIMIT = 30
 SLOW_REPEATS = 6

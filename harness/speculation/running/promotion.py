@@ -12,7 +12,7 @@ import asyncio
 import json
 from typing import Any
 
-from sandbox import Workspace
+from sandbox import WorkspaceView
 from sandbox.changes import Change
 from sandbox.overlay import Overlay
 from sandbox.promote import hard_links
@@ -47,18 +47,18 @@ class Rendered:
         self.name, self.description, self.parameters = tool.name, tool.description, tool.parameters
         self.effect, self.tool, self.file = tool.effect, tool, file
 
-    async def run(self, args: dict[str, Any], workspace: Workspace) -> Observation:
+    async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         """What `tool.run(args, workspace)` gives while the file is as it was read."""
         return self.tool.render(self.file, args)
 
 
-def whole_read(tool: Tool, args: dict[str, Any]) -> str | None:
-    """The path of a read of a whole file (served line ranges later), else None."""
+def whole_read(tool: Tool, args: dict[str, Any]) -> tuple[ReadFile, str] | None:
+    """The reading tool and the path of a read of a whole file (served line ranges later), else None."""
     path = args.get("path")
-    return path if isinstance(tool, ReadFile) and set(args) == {"path"} and isinstance(path, str) else None
+    return (tool, path) if isinstance(tool, ReadFile) and set(args) == {"path"} and isinstance(path, str) else None
 
 
-async def kept_file(tool: ReadFile, path: str, observation: Observation, workspace: Workspace) -> TextFile | None:
+async def kept_file(tool: ReadFile, path: str, observation: Observation, workspace: WorkspaceView) -> TextFile | None:
     """The file a speculated whole read showed, kept to render line ranges from; None where the tool's own
     rendering of it does not give exactly `observation`, facts included (an error, or a tool that reads
     another way or records more than its rendering does)."""
@@ -68,7 +68,7 @@ async def kept_file(tool: ReadFile, path: str, observation: Observation, workspa
         file = await asyncio.to_thread(load_text, workspace, path)
     except Exception:  # noqa: BLE001 - no file to keep: ranges are then run for real
         return None
-    again = await run_tool(Rendered(tool, file), {"path": path}, workspace)  # type: ignore[arg-type]
+    again = await run_tool(Rendered(tool, file), {"path": path}, workspace)
     same = (again.text, again.is_error, again.exit_code, again.truncated_chars, again.data) == (
         observation.text, observation.is_error, observation.exit_code, observation.truncated_chars, observation.data)
     return file if same else None

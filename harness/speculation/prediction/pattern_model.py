@@ -1,6 +1,6 @@
 """The learned pattern model: counts and weights mined from trajectories, saved as one small JSON file.
 
-    model = PatternModel.learn(sessions)      # counting pass, then the ranker trained by replay
+    model = learn(sessions)      # training.learn: counting pass, then the ranker trained by replay
     model.save(path); PatternModel.load(path)
 
 It holds the control-flow counts (`KindModel`), the reasoning word model, the ranker's weights per
@@ -14,10 +14,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import random
-import time
 from collections import Counter
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,18 +22,17 @@ from typing import Any
 from harness.events import Event, LLMEnd, SessionStart, ToolCall, ToolResult
 from harness.calls.action import TEST, VIEW, Action
 from harness.calls.canonical import canonical
-from harness.speculation.controlflow import START, KindModel, WordModel, contexts
-from harness.speculation.extract import path_mentions, reasoning_part
-from harness.speculation.ranker import Ranker
-from harness.speculation.latency import modelled_latency
-from harness.speculation.state import derivable, file_in_hand, output_signal, split_test
-from harness.speculation.testruns import is_dotted, template
+from harness.speculation.prediction.controlflow import START, KindModel, WordModel, contexts
+from harness.speculation.prediction.extract import path_mentions, reasoning_part
+from harness.speculation.prediction.ranker import Ranker
+from harness.speculation.prediction.latency import modelled_latency
+from harness.speculation.prediction.state import derivable, file_in_hand, output_signal, split_test
+from harness.speculation.prediction.testruns import is_dotted, template
 
 MODEL_VERSION = 1
 _HABIT_SHARE = 0.04  # a call is a habit when at least this share of sessions makes it
 _MAX_HABITS = 12
 _MAX_RUNNERS = 8
-ADAPT_RATE = 0.1  # ranker step on the user's past sessions: above live learning (0.01), below training (0.3)
 
 
 # The model Tao ships, used when the user has not learned one of their own. `make patterns` rebuilds it from
@@ -77,54 +73,6 @@ class PatternModel:
     # file answers: "<last kind>|same" (the file of the last call), "<last kind>|mention" (the first file
     # its output names) -> [rate, mean modelled seconds of such calls].
     derive: dict[str, list[float]] = field(default_factory=dict)
-
-    @classmethod
-    def learn(cls, sessions: Iterable[list[Event]], epochs: int = 2, seed: int = 0, folds: int = 4) -> PatternModel:
-        """Count patterns over `sessions`, then train the ranker by replaying them.
-
-        The ranker is trained cross-fitted: a session is replayed with counts (control flow, reasoning
-        words, habits, runners) taken from the other folds only, so that it learns how far counts carry
-        to a session they have never seen, as they must at prediction time. The model keeps the counts
-        over all sessions and the one ranker."""
-        data = [list(events) for events in sessions]
-        model = cls()
-        model.count(data)
-        from harness.speculation.rehearsal import replay  # the same loop the benchmark runs
-        from harness.speculation.patterns import Analyzer
-
-        folds = max(1, min(folds, len(data) // 2))
-        fold_of = [index % folds for index in range(len(data))]
-        counted = [model] if folds == 1 else []
-        for fold in range(folds if folds > 1 else 0):
-            part = cls(ranker=model.ranker)
-            part.count([events for events, f in zip(data, fold_of) if f != fold])
-            counted.append(part)
-        order = list(range(len(data)))
-        rng = random.Random(seed)
-        for epoch in range(epochs):
-            rng.shuffle(order)
-            rate = 0.3 / (1 + epoch)
-            for index in order:
-                replay(Analyzer(counted[fold_of[index] if folds > 1 else 0], learn_rate=rate, shared=True),
-                       data[index])
-        return model
-
-    def adapt(self, sessions: Iterable[list[Event]], rate: float = ADAPT_RATE, seconds: float | None = None) -> int:
-        """Train the ranker further on the user's own past sessions; returns how many it took.
-
-        The offline model comes from other agents; this teaches it the user's habits and Tao's own tool
-        vocabulary (`run_tests {}` after a targeted run passes), which no bash trajectory shows. Stops
-        taking sessions once `seconds` have passed."""
-        from harness.speculation.rehearsal import replay
-        from harness.speculation.patterns import Analyzer
-
-        started, taken = time.perf_counter(), 0
-        for events in sessions:
-            if seconds is not None and time.perf_counter() - started > seconds:
-                break
-            replay(Analyzer(self, learn_rate=rate, shared=True), events)
-            taken += 1
-        return taken
 
     def count(self, sessions: list[list[Event]]) -> None:
         """The counting pass: control flow, reasoning words, view offsets, habits, interpreter."""
