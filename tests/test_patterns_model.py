@@ -91,7 +91,7 @@ def test_bench_reports_every_required_number(tmp_path: Path) -> None:
         session = next(iter(load_sessions(_write(habit_session(n), tmp_path / f"raw{n}"))))
         write_session(session, train if n < 4 else test)
     parser = argparse.ArgumentParser()
-    cli_traces.register_bench(parser.add_subparsers())
+    predict.register(parser.add_subparsers())
     args = parser.parse_args(["predict", "--train", str(train), "--test", str(test), "--json", "--epochs", "1"])
     result = predict.run(args.train, args.test, k=args.k, epochs=args.epochs)
     assert result["actions"] == 14

@@ -4,27 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
-from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
 from harness.errors import UsageError
 from harness.shutdown import terminate_as_interrupt
-
-
-def machine() -> dict[str, Any]:
-    """The machine the numbers come from: CPU model, cores, kernel, Python and the load averages now."""
-    cpu = ""
-    try:
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-            "load": [round(x, 2) for x in os.getloadavg()]}
 
 
 def dump(result: dict[str, Any]) -> str:

@@ -27,11 +27,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.bench import dump, emit, machine
+from harness.bench import dump, emit
 from harness.bench.engine import long_prompt, run_one
 from harness.engine.base import LLMRequest
 from harness.engine.sim import CPU, Profile, StepModel
 from harness.errors import UsageError
+from harness.machine import machine
 
 TERMS = ("base", "per_seq", "per_token", "per_decode_pair", "per_prefill_pair")
 
@@ -192,7 +193,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def register(bench_subparsers: Any) -> None:
     """Add `calibrate` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "calibrate", help="fit the simulated engine's step time to the real vLLM engine here",
+        "calibrate",
         description="Measure the embedded vLLM engine's step time against batch size, context and prefill "
                     "tokens, fit harness.engine.sim's StepModel, and print the profile as JSON.")
     parser.add_argument("--batches", default="1,2,4,8,16,32", help="decode batch sizes (default 1,2,4,8,16,32)")

@@ -28,13 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import cosched_run as runner
-from harness.bench import emit, machine, run_module
+from harness.bench import emit, run_module
 from harness.bench.calibrate import kv_tokens
 from harness.bench.live import model_choice, quantile
 from harness.bench.vclock import VirtualClockLoop
 from harness.coscheduler import Pacing
 from harness.engine.sim import PROFILES, Profile, SimEngine
 from harness.errors import UsageError
+from harness.machine import machine
 
 SAME = 0.01  # "never worse": a ratio up to 1.01 counts as equal (schedules differ by chance in every mode)
 
@@ -319,16 +320,12 @@ def cmd_cosched(args: argparse.Namespace) -> int:
 
 
 def register(bench_subparsers: Any) -> None:
-    """Add `cosched`, `calibrate` and `cosched-plot` to `tao bench`."""
-    from harness.bench import calibrate, cosched_plot  # noqa: F401
-
+    """Add `cosched` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "cosched", help="many recorded sessions against one engine: fcfs, speculation, speculation + co-scheduler",
+        "cosched",
         formatter_class=argparse.RawDescriptionHelpFormatter, description=HELP, epilog=EXAMPLES)
     add_arguments(parser)
     parser.set_defaults(func=cmd_cosched)
-    calibrate.register(bench_subparsers)
-    cosched_plot.register(bench_subparsers)
 
 
 def main(argv: list[str] | None = None) -> int:

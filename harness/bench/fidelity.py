@@ -42,12 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit, machine
+from harness.bench import emit
 from harness.bench.fidelity_cases import Call, Case, call_dict
 from harness.bench.fidelity_kinds import KINDS, case_by_id, generate
 from harness.bench.fidelity_tree import Places, Snapshot, Trash, build, clear, diff_trees, excerpt, remove, snapshot
 from harness.bench.fidelity_world import PROJECT, Seen, World, run_world
 from harness.environ import kept_environment
+from harness.machine import machine
 
 __all__ = ["Places", "Snapshot", "Verdict", "World", "build", "compare", "diff_trees", "judge", "remove", "run_cases",
            "scratch_base", "snapshot"]
@@ -295,8 +296,7 @@ def run(args: argparse.Namespace) -> int:
 def register(bench_subparsers: argparse._SubParsersAction) -> None:
     """Add `fidelity` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "fidelity", help="promoted speculation against the real run, byte for byte, over generated cases",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "fidelity", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=2000, help="cases to generate (default 2000)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the generator (default 1)")
     parser.add_argument("--only", choices=KINDS, help="generate cases of this kind only")

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit, machine, run_module
+from harness.bench import emit, run_module
 from harness.demo import SCRIPT, fresh_example
 from harness.errors import UsageError
+from harness.machine import machine
 
 TASK = json.loads(SCRIPT.read_text())["task"]
 MOMENTS = ("frame", "ready", "first_token", "first_call")
@@ -123,7 +124,7 @@ def cmd_first_call(args: argparse.Namespace) -> int:
 def register(bench_subparsers: Any) -> None:
     """Add `first-call` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "first-call", help="seconds from `tao` in a repository to the model's first tool call",
+        "first-call",
         description="Open the real `tao` in a pseudo-terminal on a fresh copy of examples/calc, type its task at "
                     "launch, and time the first frame, the engine ready, the first token and the first tool call.")
     add_arguments(parser)

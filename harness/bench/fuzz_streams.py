@@ -30,7 +30,8 @@ from collections.abc import Callable
 from typing import Any
 
 from harness import protocol
-from harness.bench import emit, machine, run_module
+from harness.bench import emit, run_module
+from harness.machine import machine
 from harness.bench.stream_gen import NativeCase, StreamGen, TextCase
 from harness.errors import UsageError
 from harness.events import FormatError, SessionStart, ToolCall, ToolResult
@@ -328,7 +329,7 @@ def cmd_fuzz_streams(args: argparse.Namespace) -> int:
 def register(bench_subparsers: Any) -> None:
     """Add `fuzz-streams` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "fuzz-streams", help="hostile model answers through the call parser: 0 crashes expected",
+        "fuzz-streams",
         description="Feed random and damaged model answers through the streaming call parser chunk by chunk, "
                     "and random native tool_calls through the native parser; count what escapes.")
     add_arguments(parser)

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit, machine, run_module
+from harness.bench import emit, run_module
+from harness.machine import machine
 from harness.bench.fuzz_traces_seeds import Seed, builtin_seeds, mutate
 from harness.errors import UsageError
 from harness.events import EventDecodeError, read_trajectory
@@ -330,7 +331,7 @@ def cmd_fuzz_traces(args: argparse.Namespace) -> int:
 def register(bench_subparsers: Any) -> None:
     """Add `fuzz-traces` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "fuzz-traces", help="damaged trajectory files of every format: importing, learning and resuming never crash",
+        "fuzz-traces",
         description="Make fuzzed trajectory files (mutated seeds of every supported format, and things that are "
                     "not files), then import, learn from, resume and list each of them and each folder of them.")
     add_arguments(parser)

@@ -29,7 +29,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit, machine, run_module
+from harness.bench import emit, run_module
+from harness.machine import machine
 from harness.bench import recordings as recorded
 from harness.bench.oracle import OracleAnalyzer
 from harness.bench.overhead import Meter
@@ -477,7 +478,7 @@ def cmd_live(args: argparse.Namespace) -> int:
 def register(bench_subparsers: Any) -> None:
     """Add `live` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "live", help="recorded sessions against real repositories: speculation off, on and oracle",
+        "live",
         description="Replay recorded sessions against real repositories with real tools, with speculation "
                     "off, on (Tao's analyzer) and oracle (every call foreseen), interleaved; with --engine "
                     "embedded, through the real engine with observation warming off and on.")

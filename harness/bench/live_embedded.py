@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench import machine
+from harness.machine import machine
 from harness.bench import recordings as recorded
 from harness.bench.live import analyzer_for, bench_environment, model_choice, quantile, timed_run
 from harness.engine.base import Engine, LLMRequest

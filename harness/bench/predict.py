@@ -12,7 +12,9 @@ split by a hash of their id (`--holdout` of them tested), so no instance is in b
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import time
 import zlib
 from collections import defaultdict
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.bench import dump
+from harness.cli_traces import existing
 from harness.events import ToolResult
 from harness.calls.action import MUTATING, SLOW_KINDS, UNKNOWN, Action
 from harness.speculation.latency import modelled_latency
@@ -167,3 +171,32 @@ def _quantile(values: list[float], q: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def cmd_bench_predict(args: argparse.Namespace) -> int:
+    """`tao bench predict`: the table on stderr, the JSON on stdout."""
+    existing(args.train)
+    existing(args.test)
+    result = run(args.train, args.test, k=args.k, holdout=args.holdout, model_path=args.model,
+                 save_model=args.save_model, prefix_chars=args.prefix_chars, epochs=args.epochs)
+    if not args.json:
+        print(table(result), file=sys.stderr)
+    print(dump(result))
+    return 0 if result["actions"] else 1
+
+
+def register(bench_subparsers: argparse._SubParsersAction) -> None:
+    """Add `tao bench predict`."""
+    bench = bench_subparsers.add_parser("predict")
+    bench.add_argument("--train", type=Path, required=True, help="trajectories to learn from")
+    bench.add_argument("--test", type=Path, required=True, help="trajectories to predict (same dir: split by id)")
+    bench.add_argument("--k", type=int, default=3, help="candidates per decision (default 3)")
+    bench.add_argument("--holdout", type=float, default=0.3,
+                       help="share of sessions tested when --train and --test are the same (default 0.3)")
+    bench.add_argument("--prefix-chars", type=int, default=8,
+                       help="argument characters known at moment (c) (default 8)")
+    bench.add_argument("--epochs", type=int, default=2, help="ranker training passes (default 2)")
+    bench.add_argument("--model", type=Path, help="use this learned model instead of learning from --train")
+    bench.add_argument("--save-model", type=Path, help="also save the learned model here")
+    bench.add_argument("--json", action="store_true", help="print only the JSON result")
+    bench.set_defaults(func=cmd_bench_predict)

@@ -30,10 +30,11 @@ import time
 from typing import Any
 
 from harness import protocol
-from harness.bench import emit, machine, run_module
+from harness.bench import emit, run_module
 from harness.bench.engine import run_one
 from harness.engine.base import Engine, LLMRequest
 from harness.errors import UsageError
+from harness.machine import machine
 from harness.speculation.observation import WARM_CHUNK_TOKENS, ObservationSpeculator
 from tools import default_tools, tool_specs
 
@@ -193,7 +194,7 @@ def cmd_warm_delay(args: argparse.Namespace) -> int:
 def register(bench_subparsers: Any) -> None:
     """Add `warm-delay` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "warm-delay", help="real engine: how long the next request waits behind a warm prefill, chunked or whole",
+        "warm-delay",
         description="On the embedded vLLM engine: warm the next prompt on a long guessed test output while "
                     "the run takes --tool-s seconds, then send the real next request; with no warming, one "
                     "whole warm request, and warming in chunks; for a wrong guess and a right one.")

@@ -139,7 +139,7 @@ def plot(result: dict[str, Any], path: Path) -> str | None:
 def register(bench_subparsers: Any) -> None:
     """Add `replay` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "replay", help="real trajectories on a timeline: serial, Tao, each mechanism alone, the oracle",
+        "replay",
         description="Replay held-out trajectories step by step without looking ahead and report how much "
                     "sooner each finishes with Tao than with a serial loop, against the oracle bound and "
                     "each speculation mechanism alone, at each time per output token.")
