@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit
+from harness.bench.report import Report, Table, cell
 from harness.machine import machine
 from sandbox import Workspace
 from sandbox.backends import ORDER, unavailable
@@ -70,19 +70,16 @@ async def bench(sizes: list[int], backends: list[str], repeat: int) -> dict[str,
             "results": rows, "refresh": watch_rows, "skipped": skipped}
 
 
-def table(report: dict[str, Any]) -> str:
-    """A plain-text table of the results."""
-    lines = [f"{'files':>6}  {'backend':<15} {'create':>9} {'run true':>9} {'discard':>9} {'total':>9}"]
-    for r in report["results"]:
-        lines.append(f"{r['files']:>6}  {r['backend']:<15} {r['create_ms']:>7.1f}ms {r['run_ms']:>7.1f}ms "
-                     f"{r['discard_ms']:>7.1f}ms {r['total_ms']:>7.1f}ms")
-    lines.append("")
-    lines.append(f"{'files':>6}  {'watch':<8} {'start':>9} {'refresh':>9}")
-    for r in report["refresh"]:
-        lines.append(f"{r['files']:>6}  {r['watch']:<8} {r['start_ms']:>7.1f}ms {r['refresh_ms']:>7.2f}ms")
-    for name, reason in report["skipped"].items():
-        lines.append(f"skipped {name}: {reason}")
-    return "\n".join(lines)
+def report(result: dict[str, Any]) -> Report:
+    """Overlay timings per size and backend, then the watch costs, then the backends skipped and why."""
+    timings = Table(["files", "backend", "create", "run true", "discard", "total"], left=2, rows=[
+        [str(r["files"]), r["backend"], *(cell(r[key], ".1f", " ms") for key in ("create_ms", "run_ms", "discard_ms",
+                                                                               "total_ms"))]
+        for r in result["results"]])
+    watch = Table(["files", "watch", "start", "refresh"], left=2, rows=[
+        [str(r["files"]), r["watch"], cell(r["start_ms"], ".1f", " ms"), cell(r["refresh_ms"], ".2f", " ms")]
+        for r in result["refresh"]])
+    return Report(result, [timings, watch], [f"skipped {name}: {reason}" for name, reason in result["skipped"].items()])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -98,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"tao bench sandbox: unknown backend(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}"
               if unknown else "tao bench sandbox: give at least one size", file=sys.stderr)
         return 2
-    report = asyncio.run(bench(sizes, backends, args.repeat))
-    emit(report, table)
+    result = asyncio.run(bench(sizes, backends, args.repeat))
+    report(result).emit()
     return 0
 
 
