@@ -29,17 +29,18 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit, run_module
-from harness.machine import machine
 from harness.bench import recordings as recorded
+from harness.bench import run_module
 from harness.bench.oracle import OracleAnalyzer
 from harness.bench.overhead import Meter
+from harness.bench.report import Report, Table
 from harness.engine.recorded import ReplayEngine
 from harness.errors import UsageError
 from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
+from harness.machine import machine
 from harness.session import Session, SessionConfig
-from harness.speculation.pattern_model import SHIPPED_MODEL, PatternModel, default_model_path, installed_model
 from harness.speculation.past import PAST_SECONDS
+from harness.speculation.pattern_model import SHIPPED_MODEL, PatternModel, default_model_path, installed_model
 from harness.speculation.patterns import Analyzer
 from sandbox import Workspace
 from tools import default_tools
@@ -381,62 +382,63 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
 
-def table(result: dict[str, Any]) -> str:
-    """The result as a plain-text table."""
+def report(result: dict[str, Any]) -> Report:
+    """Each session off, on and oracle, the mix's mean and p99; then tool wait, speculation and overhead."""
     config, total = result["config"], result["total"]
-    lines = [f"tao bench live: {len(config['sessions'])} sessions x {config['repeat']} repetitions, "
-             f"{config['tpot_ms']:g} ms per output token; model: {config['model']}",
-             f"{'session':26}{'off s':>8}{'on s':>8}{'oracle s':>9}{'on/off':>8}{'orc/off':>8}{'share':>7}"
-             f"{'promo':>7}{'rep':>5}{'waste s':>8}"]
-    for name, row in result["sessions"].items():
-        lines.append(f"{name:26}{row['off']['mean']:8.2f}{row['on']['mean']:8.2f}{row['oracle']['mean']:9.2f}"
-                     f"{row['ratio']:8.3f}{row['oracle_ratio']:8.3f}{_pct(row['share_of_oracle']):>7}"
-                     f"{row['spec']['promoted']:7.1f}{row['spec']['repeats']:5.1f}{row['spec']['wasted']:8.2f}")
+    title = (f"tao bench live: {len(config['sessions'])} sessions x {config['repeat']} repetitions, "
+             f"{config['tpot_ms']:g} ms per output token; model: {config['model']}")
+    rows = [[name, f"{row['off']['mean']:.2f}", f"{row['on']['mean']:.2f}", f"{row['oracle']['mean']:.2f}",
+             f"{row['ratio']:.3f}", f"{row['oracle_ratio']:.3f}", _pct(row["share_of_oracle"]),
+             f"{row['spec']['promoted']:.1f}", f"{row['spec']['repeats']:.1f}", f"{row['spec']['wasted']:.2f}"]
+            for name, row in result["sessions"].items()]
     spec = total["spec"]
-    lines.append(f"{'all (mean)':26}{total['mean_off']:8.2f}{total['mean_on']:8.2f}{total['mean_oracle']:9.2f}"
-                 f"{total['ratio_mean']:8.3f}{total['oracle_ratio_mean']:8.3f}{_pct(total['share_of_oracle']):>7}"
-                 f"{spec['promoted']:7.1f}{spec['repeats']:5.1f}{spec['wasted']:8.2f}")
-    lines.append(f"{'all (p99)':26}{total['p99_off']:8.2f}{total['p99_on']:8.2f}{total['p99_oracle']:9.2f}"
-                 f"{total['ratio_p99']:8.3f}{total['oracle_ratio_p99']:8.3f}")
+    rows.append(["all (mean)", f"{total['mean_off']:.2f}", f"{total['mean_on']:.2f}", f"{total['mean_oracle']:.2f}",
+                 f"{total['ratio_mean']:.3f}", f"{total['oracle_ratio_mean']:.3f}", _pct(total["share_of_oracle"]),
+                 f"{spec['promoted']:.1f}", f"{spec['repeats']:.1f}", f"{spec['wasted']:.2f}"])
+    rows.append(["all (p99)", f"{total['p99_off']:.2f}", f"{total['p99_on']:.2f}", f"{total['p99_oracle']:.2f}",
+                 f"{total['ratio_p99']:.3f}", f"{total['oracle_ratio_p99']:.3f}", "", "", "", ""])
+    sessions = Table(["session", "off s", "on s", "oracle s", "on/off", "orc/off", "share", "promo", "rep", "waste s"],
+                     rows, title=title)
+    notes: list[str] = []
     over = result["overhead"]
-    lines.append(f"tool wait (seconds the sessions waited on tools, summed over the sessions): off "
+    notes.append(f"tool wait (seconds the sessions waited on tools, summed over the sessions): off "
                  f"{total['tool_wait_off']:.2f}, on {total['tool_wait_on']:.2f}, oracle {total['tool_wait_oracle']:.2f}")
-    lines.append(f"saving: Tao {total['saving_s']:.2f} s, oracle {total['oracle_saving_s']:.2f} s over the mix "
+    notes.append(f"saving: Tao {total['saving_s']:.2f} s, oracle {total['oracle_saving_s']:.2f} s over the mix "
                  f"(share {_pct(total['share_of_oracle'])}); worst session on/off {total['ratio_max']:.3f}, "
                  f"oracle {total['oracle_ratio_max']:.3f}")
     if "cold_ratio_mean" in total:
         cold = total["cold_spec"]
-        lines.append(f"cold (no past sessions): mean {total['mean_cold']:.2f} s, on/off {total['cold_ratio_mean']:.3f}, "
+        notes.append(f"cold (no past sessions): mean {total['mean_cold']:.2f} s, on/off {total['cold_ratio_mean']:.3f}, "
                      f"p99 {total['cold_ratio_p99']:.3f}, worst session {total['cold_ratio_max']:.3f}, share "
                      f"{_pct(total['cold_share_of_oracle'])}, tool wait {total['tool_wait_cold']:.2f} s, promoted "
                      f"{cold['promoted']:.1f} of {cold['launched']:.1f} a run, wasted {cold['wasted']:.2f} s")
-    lines.append(f"speculation per run (on): launched {spec['launched']:.1f}, promoted {spec['promoted']:.1f}, "
+    notes.append(f"speculation per run (on): launched {spec['launched']:.1f}, promoted {spec['promoted']:.1f}, "
                  f"repeats {spec['repeats']:.1f}, discarded {spec['discarded']:.1f}, saved {spec['saved']:.2f} s, "
                  f"wasted {spec['wasted']:.2f} s")
-    lines.append(f"overhead per decision {over['ms_per_decision']:.3f} ms (launch mean {over['launch_ms_mean']:.3f} "
+    notes.append(f"overhead per decision {over['ms_per_decision']:.3f} ms (launch mean {over['launch_ms_mean']:.3f} "
                  f"p99 {over['launch_ms_p99']:.3f}, predict mean {over['predict_ms_mean']:.3f} p99 "
                  f"{over['predict_ms_p99']:.3f}, take mean {over['take_ms_mean']:.3f} p99 {over['take_ms_p99']:.3f}, "
                  f"close {over['close_ms_per_run']:.1f} ms a run); "
                  f"{over['seconds_per_run']:.3f} s per run, {over['share_of_session_time']:.2%} of session time")
     gaps = result["call_gaps"]
-    lines.append(f"tool wait Tao leaves to the oracle: {gaps['gap_s']:.2f} s over the mix; largest:")
+    notes.append(f"tool wait Tao leaves to the oracle: {gaps['gap_s']:.2f} s over the mix; largest:")
     for row in gaps["largest"][:4]:
-        lines.append(f"  {row['session']} step {row['step']}: {row['call'][:60]} off {row['off_s']:.2f} s, "
+        notes.append(f"  {row['session']} step {row['step']}: {row['call'][:60]} off {row['off_s']:.2f} s, "
                      f"on {row['on_s']:.2f} s, oracle {row['oracle_s']:.2f} s")
     miss = result["unpromoted"]
-    lines.append(f"calls Tao never promoted ({miss['calls']}): tool wait off {miss['off_s']:.2f} s, on {miss['on_s']:.2f} s")
+    notes.append(f"calls Tao never promoted ({miss['calls']}): tool wait off {miss['off_s']:.2f} s, on {miss['on_s']:.2f} s")
     slow = result["slowed_promotions"]["on"]
-    lines.append(f"promoted while still running (on): {slow['promoted_while_running']}, slower than the same call off: "
+    notes.append(f"promoted while still running (on): {slow['promoted_while_running']}, slower than the same call off: "
                  f"{slow['slower_than_off']}")
-    lines.append(f"trajectories equal to the off run's: {result['trajectories_equal']}/{result['trajectories_checked']}"
+    notes.append(f"trajectories equal to the off run's: {result['trajectories_equal']}/{result['trajectories_checked']}"
                  + (f"; not finished: {', '.join(result['not_finished'])}" if result["not_finished"] else ""))
     for diff in result["trajectories_differ"]:
-        lines.append(f"  {diff['run']} differs from its off run at event {diff['event']}: "
+        notes.append(f"  {diff['run']} differs from its off run at event {diff['event']}: "
                      + "; ".join(f"{k} {v}" for k, v in diff.items() if k not in ("run", "event")))
     m = result["machine"]
-    lines.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load_before']} -> "
+    notes.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load_before']} -> "
                  f"{m['load_after']}; {config['seconds']:.0f} s in all")
-    return "\n".join(lines)
+    return Report(result, [sessions], notes)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -468,10 +470,10 @@ def cmd_live(args: argparse.Namespace) -> int:
 
         result = embedded.run(args.sessions, only, args.repeat or 1, args.provisional, args.model,
                               args.max_sandboxed, args.cache)
-        show = embedded.table
+        shown = embedded.report(result)
     else:
-        result, show = run(args.sessions, only, args.repeat or 3, args.tpot_ms, args.model, args.cache), table
-    emit(result, show, as_json=args.json)
+        shown = report(run(args.sessions, only, args.repeat or 3, args.tpot_ms, args.model, args.cache))
+    shown.emit(args.json)
     return 0
 
 
