@@ -1,4 +1,4 @@
-"""Benchmarks: `tao bench ...` commands that print JSON and a table."""
+"""Benchmarks: `tao bench ...` commands that print JSON and a table (harness.bench.report)."""
 
 from __future__ import annotations
 
@@ -15,15 +15,6 @@ from harness.shutdown import terminate_as_interrupt
 def dump(result: dict[str, Any]) -> str:
     """The result as indented JSON."""
     return json.dumps(result, indent=2)
-
-
-def emit(result: dict[str, Any], table: Callable[[dict[str, Any]], str], as_json: bool = True) -> None:
-    """Print the result as JSON on stdout with its table on stderr, or (not `as_json`) the table alone on stdout."""
-    if as_json:
-        print(dump(result))
-        print(table(result), file=sys.stderr)
-    else:
-        print(table(result))
 
 
 def run_module(prog: str, add_arguments: Callable[[argparse.ArgumentParser], None],

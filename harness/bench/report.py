@@ -42,16 +42,20 @@ class Table:
 
 @dataclass
 class Report:
-    """A benchmark's result (the JSON, unchanged) with its tables and the notes printed after them."""
+    """A benchmark's result (the JSON, unchanged) with its tables, the notes printed after them and any heading
+    lines before them."""
 
     result: dict[str, Any]
     tables: list[Table] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    heading: list[str] = field(default_factory=list)
 
     def render(self, stream: TextIO) -> None:
-        """Draw the tables, then the notes, on `stream`."""
+        """Draw the heading, the tables, then the notes, on `stream`."""
         console = Console(file=stream, width=None if stream.isatty() else WIDTH, highlight=False, markup=False,
                           emoji=False)
+        for line in self.heading:
+            console.print(line, soft_wrap=True)
         for table in self.tables:
             for line in (table.title, table.rich(), table.caption):
                 if line:
