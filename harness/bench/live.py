@@ -26,6 +26,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -271,59 +272,107 @@ def paired_ratios(runs: list[dict[str, Any]], mode: str = "on") -> dict[str, lis
     return out
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-session and whole-mix statistics of the runs (pure arithmetic; tests cover it)."""
-    names = list(dict.fromkeys(r["session"] for r in runs))
-    modes = [m for m in MODES if any(r["mode"] == m for r in runs)]
-    by = {(n, m): [r for r in runs if r["session"] == n and r["mode"] == m] for n in names for m in modes}
-    per_session: dict[str, Any] = {}
-    for name in names:
-        row: dict[str, Any] = {}
-        for mode in modes:
-            times = [r["seconds"] for r in by[(name, mode)]]
-            waits = [sum(c["duration"] for c in r["calls"]) for r in by[(name, mode)]]
-            row[mode] = {"mean": round(_mean(times), 4), "p99": round(quantile(times, 0.99), 4), "runs": len(times),
-                         "tool_wait": round(_mean(waits), 4)}
-        off = row["off"]["mean"]
-        row["ratio"], row["oracle_ratio"] = _ratio(row["on"]["mean"], off), _ratio(row["oracle"]["mean"], off)
-        row["saving_s"] = round(off - row["on"]["mean"], 4)
-        row["oracle_saving_s"] = round(off - row["oracle"]["mean"], 4)
-        row["share_of_oracle"] = _share(row["saving_s"], row["oracle_saving_s"])
-        row["spec"] = spec_means(by[(name, "on")])
-        row["oracle_spec"] = spec_means(by[(name, "oracle")])
-        if "cold" in modes:
-            row["cold_ratio"] = _ratio(row["cold"]["mean"], off)
-            row["cold_saving_s"] = round(off - row["cold"]["mean"], 4)
-        per_session[name] = row
-    total: dict[str, Any] = {}
+@dataclass(frozen=True)
+class ModeTimes:
+    """One mode's runs of one session: task seconds (mean, p99), how many runs, mean seconds waited on tools."""
+
+    mean: float
+    p99: float
+    runs: int
+    tool_wait: float
+
+    @classmethod
+    def of(cls, runs: list[dict[str, Any]]) -> ModeTimes:
+        times = [r["seconds"] for r in runs]
+        waits = [sum(c["duration"] for c in r["calls"]) for r in runs]
+        return cls(round(_mean(times), 4), round(quantile(times, 0.99), 4), len(times), round(_mean(waits), 4))
+
+
+@dataclass(frozen=True)
+class MixTimes:
+    """One mode over the whole mix: task seconds (mean, p99) and the seconds waited on tools, summed over sessions."""
+
+    mean: float
+    p99: float
+    tool_wait: float
+
+
+def session_row(by_mode: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """One session's statistics: each mode's times, then on, oracle (and cold) against off, and speculation's counts."""
+    times = {mode: ModeTimes.of(runs) for mode, runs in by_mode.items()}
+    row: dict[str, Any] = {mode: asdict(stats) for mode, stats in times.items()}
+    off = times["off"].mean
+    row["ratio"], row["oracle_ratio"] = _ratio(times["on"].mean, off), _ratio(times["oracle"].mean, off)
+    row["saving_s"] = round(off - times["on"].mean, 4)
+    row["oracle_saving_s"] = round(off - times["oracle"].mean, 4)
+    row["share_of_oracle"] = _share(row["saving_s"], row["oracle_saving_s"])
+    row["spec"] = spec_means(by_mode["on"])
+    row["oracle_spec"] = spec_means(by_mode["oracle"])
+    if "cold" in times:
+        row["cold_ratio"] = _ratio(times["cold"].mean, off)
+        row["cold_saving_s"] = round(off - times["cold"].mean, 4)
+    return row
+
+
+def mix_times(runs: list[dict[str, Any]], modes: list[str], per_session: dict[str, Any]) -> dict[str, MixTimes]:
+    """Each mode over every session's runs."""
+    mix = {}
     for mode in modes:
         times = [r["seconds"] for r in runs if r["mode"] == mode]
-        total[f"mean_{mode}"] = round(_mean(times), 4)
-        total[f"p99_{mode}"] = round(quantile(times, 0.99), 4)
-        total[f"tool_wait_{mode}"] = round(sum(row[mode]["tool_wait"] for row in per_session.values()), 4)
+        mix[mode] = MixTimes(round(_mean(times), 4), round(quantile(times, 0.99), 4),
+                             round(sum(row[mode]["tool_wait"] for row in per_session.values()), 4))
+    return mix
+
+
+def mix_total(runs: list[dict[str, Any]], mix: dict[str, MixTimes], per_session: dict[str, Any]) -> dict[str, Any]:
+    """The whole mix as the JSON's "total": each mode's mean_, p99_ and tool_wait_, then on and oracle against off."""
+    total: dict[str, Any] = {}
+    for mode, stats in mix.items():
+        total.update({f"mean_{mode}": stats.mean, f"p99_{mode}": stats.p99, f"tool_wait_{mode}": stats.tool_wait})
+    off, on, oracle = mix["off"], mix["on"], mix["oracle"]
     saving = sum(row["saving_s"] for row in per_session.values())
     oracle_saving = sum(row["oracle_saving_s"] for row in per_session.values())
     total.update({
-        "ratio_mean": _ratio(total["mean_on"], total["mean_off"]),
-        "ratio_p99": _ratio(total["p99_on"], total["p99_off"]),
+        "ratio_mean": _ratio(on.mean, off.mean),
+        "ratio_p99": _ratio(on.p99, off.p99),
         "ratio_max": max((row["ratio"] for row in per_session.values()), default=0.0),
-        "oracle_ratio_mean": _ratio(total["mean_oracle"], total["mean_off"]),
-        "oracle_ratio_p99": _ratio(total["p99_oracle"], total["p99_off"]),
+        "oracle_ratio_mean": _ratio(oracle.mean, off.mean),
+        "oracle_ratio_p99": _ratio(oracle.p99, off.p99),
         "oracle_ratio_max": max((row["oracle_ratio"] for row in per_session.values()), default=0.0),
         "saving_s": round(saving, 4), "oracle_saving_s": round(oracle_saving, 4),
         "share_of_oracle": _share(saving, oracle_saving),
         "spec": spec_means([r for r in runs if r["mode"] == "on"]),
         "oracle_spec": spec_means([r for r in runs if r["mode"] == "oracle"]),
     })
-    if "cold" in modes:  # Tao without the user's past sessions
+    if "cold" in mix:  # Tao without the user's past sessions
         cold_saving = sum(row["cold_saving_s"] for row in per_session.values())
-        total.update({"cold_ratio_mean": _ratio(total["mean_cold"], total["mean_off"]),
-                      "cold_ratio_p99": _ratio(total["p99_cold"], total["p99_off"]),
+        total.update({"cold_ratio_mean": _ratio(mix["cold"].mean, off.mean),
+                      "cold_ratio_p99": _ratio(mix["cold"].p99, off.p99),
                       "cold_ratio_max": max(row["cold_ratio"] for row in per_session.values()),
                       "cold_saving_s": round(cold_saving, 4), "cold_share_of_oracle": _share(cold_saving, oracle_saving),
                       "cold_spec": spec_means([r for r in runs if r["mode"] == "cold"])})
+    return total
+
+
+def trajectory_checks(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many runs' trajectories equal their off run's, which differ and where, and the runs that did not finish."""
     reference = {(r["session"], r["rep"]): r["trace"] for r in runs if r["mode"] == "off"}
     checked = [r for r in runs if r["mode"] != "off" and (r["session"], r["rep"]) in reference]
+    return {
+        "trajectories_equal": sum(r["trace"] == reference[(r["session"], r["rep"])] for r in checked),
+        "trajectories_checked": len(checked), "trajectories_differ": differences(runs),
+        "not_finished": [f"{r['session']}/{r['mode']}/{r['rep']}: {r['status']}"
+                         for r in runs if r["status"] != "finished"],
+    }
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-session and whole-mix statistics of the runs (pure arithmetic; tests cover it)."""
+    names = list(dict.fromkeys(r["session"] for r in runs))
+    modes = [m for m in MODES if any(r["mode"] == m for r in runs)]
+    per_session = {name: session_row({mode: [r for r in runs if r["session"] == name and r["mode"] == mode]
+                                      for mode in modes}) for name in names}
+    total = mix_total(runs, mix_times(runs, modes, per_session), per_session)
     return {
         "ratio_mean": total["ratio_mean"], "ratio_p99": total["ratio_p99"], "ratio_max": total["ratio_max"],
         "share_of_oracle": total["share_of_oracle"], "total": total, "sessions": per_session,
@@ -331,12 +380,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "oracle_overhead": overhead_summary([r for r in runs if r["mode"] == "oracle"]),
         "slowed_promotions": {m: slowed_promotions(runs, m) for m in ("on", "oracle")},
         "call_gaps": call_gaps(runs), "paired_ratios": paired_ratios(runs), "unpromoted": unpromoted(runs),
-        "trajectories_equal": sum(r["trace"] == reference[(r["session"], r["rep"])] for r in checked),
-        "trajectories_checked": len(checked), "trajectories_differ": differences(runs),
-        "not_finished": [f"{r['session']}/{r['mode']}/{r['rep']}: {r['status']}" for r in runs if r["status"] != "finished"],
+        **trajectory_checks(runs),
     }
-
-
 
 
 def bench_environment() -> None:
