@@ -57,9 +57,11 @@ class Report:
         for line in self.heading:
             console.print(line, soft_wrap=True)
         for table in self.tables:
-            for line in (table.title, table.rich(), table.caption):
-                if line:
-                    console.print(line, soft_wrap=isinstance(line, str))
+            if table.title:
+                console.print(table.title, soft_wrap=True)
+            console.print(table.rich())
+            if table.caption:
+                console.print(table.caption, soft_wrap=True)
         for note in self.notes:
             console.print(note, soft_wrap=True)
 
