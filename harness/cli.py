@@ -149,16 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_engine_flags(tui)
     tui.set_defaults(func=cmd_tui)
 
-    from harness import cli_engine, cli_sandbox, cli_traces
-    from harness.bench import cosched as bench_cosched
-    from harness.bench import fidelity as bench_fidelity
-    from harness.bench import first_call as bench_first_call
-    from harness.bench import fuzz_streams as bench_fuzz_streams
-    from harness.bench import fuzz_traces as bench_fuzz_traces
-    from harness.bench import live as bench_live
-    from harness.bench.replay import command as bench_replay
-    from harness.bench import sandbox as bench_sandbox
-    from harness.bench import warmdelay as bench_warmdelay
+    from harness import cli_bench, cli_engine, cli_sandbox, cli_traces
 
     cli_engine.register(sub)
     cli_sandbox.register(sub)
@@ -166,19 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     from harness.swebench import command as cli_swebench
 
     cli_swebench.register(sub)
-    bench = sub.add_parser("bench", help="measure Tao on this machine (JSON and a table)")
-    bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
-    cli_engine.register_bench(bench_sub)
-    bench_live.register(bench_sub)
-    bench_cosched.register(bench_sub)
-    bench_fidelity.register(bench_sub)
-    bench_first_call.register(bench_sub)
-    bench_fuzz_streams.register(bench_sub)
-    bench_fuzz_traces.register(bench_sub)
-    bench_replay.register(bench_sub)
-    bench_sandbox.register(bench_sub)
-    bench_warmdelay.register(bench_sub)
-    cli_traces.register_bench(bench_sub)
+    cli_bench.register(sub)
     return parser
 
 

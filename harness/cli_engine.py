@@ -1,4 +1,4 @@
-"""`tao serve` (keep one engine running for later commands) and `tao bench engine`."""
+"""`tao serve`: keep one engine running for later commands."""
 
 from __future__ import annotations
 
@@ -21,19 +21,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     action.add_argument("--status", action="store_true", help="say whether a server runs, and where")
     action.add_argument("--stop", action="store_true", help="stop the running server")
     serve.set_defaults(func=cmd_serve)
-
-
-def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:
-    """Add `tao bench engine`."""
-    bench = bench_subparsers.add_parser(
-        "engine", help="engine start, TTFT cold and cached, decode tokens/s (embedded model, in-process)")
-    bench.add_argument("--prompt-tokens", type=int, default=4096, help="long prompt size (default 4096)")
-    bench.add_argument("--concurrency", default="1,4,16", help="comma-separated request counts (default 1,4,16)")
-    bench.add_argument("--decode-tokens", type=int, default=128, help="tokens each decode request makes (default 128)")
-    bench.add_argument("--forced", action="store_true",
-                       help="also force the recorded answers of examples/sessions by their token ids and by a regex "
-                            "(tokens and seconds of each; about 7 minutes on 2 cores)")
-    bench.set_defaults(func=cmd_bench_engine)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -62,14 +49,3 @@ def cmd_serve(args: argparse.Namespace) -> int:
           f"`tao run` attaches to it; stop it with `tao serve --stop`", file=sys.stderr)
     print(state.url)
     return 0
-
-
-def cmd_bench_engine(args: argparse.Namespace) -> int:
-    from harness.bench.engine import main
-    from harness.errors import UsageError
-
-    try:
-        concurrency = [int(part) for part in args.concurrency.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"--concurrency takes comma-separated integers, not {args.concurrency!r}") from None
-    return main(args.prompt_tokens, concurrency, args.decode_tokens, args.forced)

@@ -13,14 +13,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.bench import machine
-from harness.bench.sandbox import make_repo, measure_median
+from harness.machine import machine
 from harness.shutdown import terminate_as_interrupt
 from sandbox import SPECULATIVE, Overlay, SandboxError, Workspace
 from sandbox.backends import ORDER, unavailable
 from sandbox.cleanup import sweep
 from sandbox.probe import detect
 from sandbox.statedir import choose_base
+from sandbox.timing import make_repo, measure_median
 
 CHECK_FILES = 100  # size of the scratch repository `check` measures on when no --repo is given
 

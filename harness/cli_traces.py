@@ -1,7 +1,7 @@
-"""`tao traces import|stats|learn` and `tao bench predict`: trajectories in, patterns and numbers out.
+"""`tao traces import|stats|learn`: trajectories in, patterns and numbers out.
 
-The lead wires `register(subparsers)` and `register_bench(bench_subparsers)` into harness/cli.py; each
-subcommand's `func` takes the parsed arguments and returns the exit code.
+harness/cli.py wires `register(subparsers)`; each subcommand's `func` takes the parsed arguments and returns
+the exit code.
 """
 
 from __future__ import annotations
@@ -42,23 +42,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     learn.add_argument("--out", type=Path, default=None, help=f"model file (default {default_model_path()})")
     learn.add_argument("--epochs", type=int, default=2, help="ranker training passes (default 2)")
     learn.set_defaults(func=cmd_learn)
-
-
-def register_bench(bench_subparsers: argparse._SubParsersAction) -> None:
-    """Add `tao bench predict`."""
-    bench = bench_subparsers.add_parser("predict", help="accuracy and latency coverage of the pattern analyzer")
-    bench.add_argument("--train", type=Path, required=True, help="trajectories to learn from")
-    bench.add_argument("--test", type=Path, required=True, help="trajectories to predict (same dir: split by id)")
-    bench.add_argument("--k", type=int, default=3, help="candidates per decision (default 3)")
-    bench.add_argument("--holdout", type=float, default=0.3,
-                       help="share of sessions tested when --train and --test are the same (default 0.3)")
-    bench.add_argument("--prefix-chars", type=int, default=8,
-                       help="argument characters known at moment (c) (default 8)")
-    bench.add_argument("--epochs", type=int, default=2, help="ranker training passes (default 2)")
-    bench.add_argument("--model", type=Path, help="use this learned model instead of learning from --train")
-    bench.add_argument("--save-model", type=Path, help="also save the learned model here")
-    bench.add_argument("--json", action="store_true", help="print only the JSON result")
-    bench.set_defaults(func=cmd_bench_predict)
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -132,20 +115,6 @@ def cmd_learn(args: argparse.Namespace) -> int:
     _print_skipped(report)
     print(f"learned from {len(sessions)} sessions ({report.actions} calls): {path}", file=sys.stderr)
     return 0
-
-
-def cmd_bench_predict(args: argparse.Namespace) -> int:
-    """`tao bench predict`: the table on stderr, the JSON on stdout."""
-    from harness.bench import dump, predict
-
-    existing(args.train)
-    existing(args.test)
-    result = predict.run(args.train, args.test, k=args.k, holdout=args.holdout, model_path=args.model,
-                         save_model=args.save_model, prefix_chars=args.prefix_chars, epochs=args.epochs)
-    if not args.json:
-        print(predict.table(result), file=sys.stderr)
-    print(dump(result))
-    return 0 if result["actions"] else 1
 
 
 KNOWN_FILES = ("mini-swe-agent *.traj.json, SWE-agent *.traj, Claude Code transcripts *.jsonl "

@@ -23,7 +23,7 @@ def test_summary_means_and_ratios_to_no_warming() -> None:
                                        "prompt": None, "ratio_to_none": None}
     result = {"cases": cases, "config": {"tool_s": 1.0, "chunk_tokens": 256, "repeat": 1, "seconds": 3.0},
               "machine": {"cores": 2, "cpu": "cpu", "python": "3.11", "load": [1.0], "load_after": [1.0]}}
-    lines = warmdelay.table(result).splitlines()
+    lines = warmdelay.report(result).text().splitlines()
     assert any(line.split()[:3] == ["wrong", "whole", "6.00"] and "4.000" in line for line in lines)
 
 

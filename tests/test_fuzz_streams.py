@@ -20,7 +20,7 @@ from harness.speculation.prediction.extract import ReasoningFacts, path_mentions
 
 def test_two_thousand_fuzzed_streams_crash_nothing() -> None:
     result = fuzz_streams.run(streams=2000, seed=21, native=500)
-    assert result["crashes"] == 0 and result["violations"] == 0, fuzz_streams.table(result)
+    assert result["crashes"] == 0 and result["violations"] == 0, fuzz_streams.report(result).text()
     # The run did reach what it is about: calls of every kind of damage, and the well-formed ones.
     assert result["calls"] > 1000 and result["errors"] > 500
     assert {"deep", "nan", "surrogate", "control", "huge_number", "well_formed"} <= set(result["by_mutation"])

@@ -92,7 +92,7 @@ def test_bench_reports_every_required_number(tmp_path: Path) -> None:
         session = next(iter(load_sessions(_write(habit_session(n), tmp_path / f"raw{n}"))))
         write_session(session, train if n < 4 else test)
     parser = argparse.ArgumentParser()
-    cli_traces.register_bench(parser.add_subparsers())
+    predict.register(parser.add_subparsers())
     args = parser.parse_args(["predict", "--train", str(train), "--test", str(test), "--json", "--epochs", "1"])
     result = predict.run(args.train, args.test, k=args.k, epochs=args.epochs)
     assert result["actions"] == 14
@@ -100,7 +100,7 @@ def test_bench_reports_every_required_number(tmp_path: Path) -> None:
         assert 0 <= result["moments"][moment]["top1"] <= result["moments"][moment]["top3"] <= 1
     assert 0 <= result["slow"]["a"]["top3"] <= 1 and 0 <= result["latency_covered_top3"] <= 1
     assert result["decision_ms_p50"] > 0 and "script" in result["by_kind"]
-    assert "latency covered" in predict.table(result)
+    assert "latency covered" in predict.report(result).text()
 
 
 def test_same_directory_is_split_by_instance(tmp_path: Path) -> None:

@@ -1,13 +1,10 @@
-"""Benchmarks: `tao bench ...` commands that print JSON and a table."""
+"""Benchmarks: `tao bench ...` commands that print JSON and a table (harness.bench.report)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import sys
-from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
@@ -15,30 +12,9 @@ from harness.errors import UsageError
 from harness.shutdown import terminate_as_interrupt
 
 
-def machine() -> dict[str, Any]:
-    """The machine the numbers come from: CPU model, cores, kernel, Python and the load averages now."""
-    cpu = ""
-    try:
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
-            "load": [round(x, 2) for x in os.getloadavg()]}
-
-
 def dump(result: dict[str, Any]) -> str:
     """The result as indented JSON."""
     return json.dumps(result, indent=2)
-
-
-def emit(result: dict[str, Any], table: Callable[[dict[str, Any]], str], as_json: bool = True) -> None:
-    """Print the result as JSON on stdout with its table on stderr, or (not `as_json`) the table alone on stdout."""
-    if as_json:
-        print(dump(result))
-        print(table(result), file=sys.stderr)
-    else:
-        print(table(result))
 
 
 def run_module(prog: str, add_arguments: Callable[[argparse.ArgumentParser], None],

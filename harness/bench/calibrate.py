@@ -27,11 +27,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.bench import dump, emit, machine
+from harness.bench import dump
 from harness.bench.engine import long_prompt, run_one
+from harness.bench.report import Report, Table
 from harness.engine.base import LLMRequest
 from harness.engine.sim import CPU, Profile, StepModel
 from harness.errors import UsageError
+from harness.machine import machine
 
 TERMS = ("base", "per_seq", "per_token", "per_decode_pair", "per_prefill_pair")
 
@@ -151,18 +153,16 @@ def _args(x: list[float]) -> tuple[int, int, int, int]:
     return int(x[1]), int(x[3]), int(x[2]), int(x[4])
 
 
-def table(result: dict[str, Any]) -> str:
+def report(result: dict[str, Any]) -> Report:
     """Measured against fitted, then the constants."""
-    lines = [f"{'point':34}{'measured s':>12}{'fitted s':>10}"]
-    for p in result["points"]:
-        name = (f"decode batch {p['batch']} ctx {p['context']}" if p["kind"] == "decode"
-                else f"prefill {p['new']} after {p['cached']}")
-        lines.append(f"{name:34}{p['y']:12.4f}{p['fitted']:10.4f}")
+    rows = [[f"decode batch {p['batch']} ctx {p['context']}" if p["kind"] == "decode"
+             else f"prefill {p['new']} after {p['cached']}", f"{p['y']:.4f}", f"{p['fitted']:.4f}"]
+            for p in result["points"]]
     profile = result["profile"]
-    lines.append("step model: " + ", ".join(f"{k}={v:.4g}" for k, v in profile["step"].items()))
-    lines.append(f"kv_tokens={profile['kv_tokens']} block_size={profile['block_size']}; "
-                 f"knee at 2,000-token contexts: {Profile.load_dict(profile).knee(2000)} sequences")
-    return "\n".join(lines)
+    notes = ["step model: " + ", ".join(f"{k}={v:.4g}" for k, v in profile["step"].items()),
+             f"kv_tokens={profile['kv_tokens']} block_size={profile['block_size']}; "
+             f"knee at 2,000-token contexts: {Profile.load_dict(profile).knee(2000)} sequences"]
+    return Report(result, [Table(["point", "measured s", "fitted s"], rows)], notes)
 
 
 def parse_counts(text: str, flag: str) -> list[int]:
@@ -185,14 +185,14 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     result = asyncio.run(measure(batches, contexts, prefills, args.decode_tokens))
     if args.out:
         args.out.write_text(dump(result) + "\n", encoding="utf-8")
-    emit(result, table)
+    report(result).emit()
     return 0
 
 
 def register(bench_subparsers: Any) -> None:
     """Add `calibrate` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "calibrate", help="fit the simulated engine's step time to the real vLLM engine here",
+        "calibrate",
         description="Measure the embedded vLLM engine's step time against batch size, context and prefill "
                     "tokens, fit harness.engine.sim's StepModel, and print the profile as JSON.")
     parser.add_argument("--batches", default="1,2,4,8,16,32", help="decode batch sizes (default 1,2,4,8,16,32)")

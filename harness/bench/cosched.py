@@ -28,13 +28,15 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import cosched_run as runner
-from harness.bench import emit, machine, run_module
+from harness.bench import run_module
 from harness.bench.calibrate import kv_tokens
 from harness.bench.live import model_choice, quantile
+from harness.bench.report import Report, Table, cell
 from harness.bench.vclock import VirtualClockLoop
 from harness.coscheduler import Pacing
 from harness.engine.sim import PROFILES, Profile, SimEngine
 from harness.errors import UsageError
+from harness.machine import machine
 
 SAME = 0.01  # "never worse": a ratio up to 1.01 counts as equal (schedules differ by chance in every mode)
 
@@ -226,34 +228,28 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
             "machine": {**before, "load_after": machine()["load"]}}
 
 
-def table(result: dict[str, Any]) -> str:
-    """The result as plain-text tables."""
+def report(result: dict[str, Any]) -> Report:
+    """Each level and mode, then the ratios between modes, then the targets and the machine."""
     config = result["config"]
-    lines = [f"tao bench cosched: engine {config['engine']} ({config['profile']}), pacing knee "
+    title = (f"tao bench cosched: engine {config['engine']} ({config['profile']}), pacing knee "
              f"{config['pacing']['knee']}, KV cache {config['pacing']['kv_tokens']:,} tokens, max wait "
-             f"{config['pacing']['max_wait']:.1f} s; model: {config['model']}",
-             f"{'N':>5} {'mode':8}{'mean s':>10}{'p99 s':>10}{'eng s/step':>11}{'queue s/step':>13}{'cached':>8}"
-             f"{'promo':>7}{'warm ok/all':>12}"]
-    for row in result["levels"]:
-        for mode in (mode for mode in runner.MODES if mode in row["modes"]):
-            m = row["modes"][mode]
-            lines.append(f"{row['sessions']:5} {mode:8}{m['mean']:10.2f}{m['p99']:10.2f}{m['engine_s_per_step']:11.3f}"
-                         f"{m['queue_s_per_step']:13.3f}{m['cached_share']:8.1%}{m['promoted']:7.2f}"
-                         f"{m['warm']['matched']:>6}/{m['warm']['settled']:<5}")
-    lines.append(f"{'N':>5}  {'spec/fcfs mean':>15}{'p99':>7}  {'cosched/fcfs mean':>18}{'p99':>7}  "
-                 f"{'cosched/spec mean':>18}{'p99':>7}")
-    for r in result["ratios"]:
-        f = lambda key, width: f"{r[key]:{width}.3f}" if r[key] is not None else f"{'-':>{width}}"  # noqa: E731
-        lines.append(f"{r['sessions']:5}  {f('spec_fcfs_mean', 15)}{f('spec_fcfs_p99', 7)}  "
-                     f"{f('cosched_fcfs_mean', 18)}{f('cosched_fcfs_p99', 7)}  "
-                     f"{f('cosched_spec_mean', 18)}{f('cosched_spec_p99', 7)}")
-    for key, target in result["targets"].items():
-        verdict = {True: "met", False: "NOT met", None: "not measured"}[target["met"]]
-        lines.append(f"target {key}: {verdict}")
+             f"{config['pacing']['max_wait']:.1f} s; model: {config['model']}")
+    modes = Table(["N", "mode", "mean s", "p99 s", "eng s/step", "queue s/step", "cached", "promo", "warm ok/all"],
+                  title=title, left=2, rows=[
+        [str(row["sessions"]), mode, f"{m['mean']:.2f}", f"{m['p99']:.2f}", f"{m['engine_s_per_step']:.3f}",
+         f"{m['queue_s_per_step']:.3f}", f"{m['cached_share']:.1%}", f"{m['promoted']:.2f}",
+         f"{m['warm']['matched']}/{m['warm']['settled']}"]
+        for row in result["levels"] for mode in runner.MODES if mode in row["modes"] for m in [row["modes"][mode]]])
+    keys = ("spec_fcfs_mean", "spec_fcfs_p99", "cosched_fcfs_mean", "cosched_fcfs_p99", "cosched_spec_mean",
+            "cosched_spec_p99")
+    ratios = Table(["N", "spec/fcfs mean", "p99", "cosched/fcfs mean", "p99", "cosched/spec mean", "p99"], rows=[
+        [str(r["sessions"]), *(cell(r[key], ".3f") for key in keys)] for r in result["ratios"]])
+    verdicts = {True: "met", False: "NOT met", None: "not measured"}
+    notes = [f"target {key}: {verdicts[target['met']]}" for key, target in result["targets"].items()]
     m = result["machine"]
-    lines.append(f"machine: {m['cores']} cores, {m['cpu']}, load {m['load']} -> {m['load_after']}; "
+    notes.append(f"machine: {m['cores']} cores, {m['cpu']}, load {m['load']} -> {m['load_after']}; "
                  f"{config['wall_seconds']:.0f} s of wall time")
-    return "\n".join(lines)
+    return Report(result, [modes, ratios], notes)
 
 
 HELP = """\
@@ -314,21 +310,17 @@ def cmd_cosched(args: argparse.Namespace) -> int:
         raise UsageError(f"--modes {args.modes!r}: choose from {', '.join(runner.MODES)}")
     result = run(levels, args.engine, args.profile, only, args.model, args.groups, partial=args.partial, modes=modes,
                  traces=args.traces, holdout=args.holdout, repeat=args.repeat)
-    emit(result, table, as_json=args.json)
+    report(result).emit(args.json)
     return 0
 
 
 def register(bench_subparsers: Any) -> None:
-    """Add `cosched`, `calibrate` and `cosched-plot` to `tao bench`."""
-    from harness.bench import calibrate, cosched_plot  # noqa: F401
-
+    """Add `cosched` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "cosched", help="many recorded sessions against one engine: fcfs, speculation, speculation + co-scheduler",
+        "cosched",
         formatter_class=argparse.RawDescriptionHelpFormatter, description=HELP, epilog=EXAMPLES)
     add_arguments(parser)
     parser.set_defaults(func=cmd_cosched)
-    calibrate.register(bench_subparsers)
-    cosched_plot.register(bench_subparsers)
 
 
 def main(argv: list[str] | None = None) -> int:

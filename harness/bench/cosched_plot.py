@@ -77,7 +77,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def register(bench_subparsers: Any) -> None:
     """Add `cosched-plot` to `tao bench`."""
-    parser = bench_subparsers.add_parser("cosched-plot", help="plot `tao bench cosched --json` results as a PNG")
+    parser = bench_subparsers.add_parser("cosched-plot")
     parser.add_argument("results", nargs="+", type=Path, help="result files of `tao bench cosched --json`")
     parser.add_argument("--out", type=Path, default=Path("docs/cosched.png"), help="the PNG (default docs/cosched.png)")
     parser.set_defaults(func=cmd_plot)

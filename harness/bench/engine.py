@@ -9,14 +9,17 @@ with `--forced`, also what forcing the recorded answers of examples/sessions cos
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import sys
 import time
 import uuid
 from typing import Any
 
-from harness.bench import emit, machine
+from harness.bench.report import Report, Table
 from harness.engine.base import LLMRequest, Usage
+from harness.errors import UsageError
+from harness.machine import machine
 from harness.shutdown import terminate_as_interrupt
 
 FILLER = ("def handler_{i}(request):\n    \"\"\"Return the response for request {i}.\"\"\"\n"
@@ -118,21 +121,20 @@ async def bench(prompt_tokens: int, concurrency: list[int], decode_tokens: int, 
     }
 
 
-def table(result: dict[str, Any]) -> str:
-    """The result as a short human table."""
-    rows = [("engine start (s)", result["engine_start_s"]),
-            (f"TTFT cold, {result['prompt_tokens']}-token prompt (s)", result["ttft_cold_s"]),
-            (f"TTFT from prefix cache, {result['cached_tokens']} cached (s)", result["ttft_cached_s"])]
-    rows += [(f"decode tokens/s at {d['concurrency']} concurrent", d["tokens_per_s"]) for d in result["decode"]]
+def report(result: dict[str, Any]) -> Report:
+    """The result for people: each figure on its row, under the engine and the machine."""
+    rows = [["engine start (s)", str(result["engine_start_s"])],
+            [f"TTFT cold, {result['prompt_tokens']}-token prompt (s)", str(result["ttft_cold_s"])],
+            [f"TTFT from prefix cache, {result['cached_tokens']} cached (s)", str(result["ttft_cached_s"])]]
+    rows += [[f"decode tokens/s at {d['concurrency']} concurrent", str(d["tokens_per_s"])] for d in result["decode"]]
     if "forced" in result:
         f = result["forced"]
-        rows += [(f"{f['answers']} recorded answers forced by {way}: tokens, s, verbatim",
-                  f"{f[way]['tokens']}, {f[way]['seconds']}, {f[way]['verbatim']}") for way in ("tokens", "regex")]
-    width = max(len(name) for name, _ in rows)
+        rows += [[f"{f['answers']} recorded answers forced by {way}: tokens, s, verbatim",
+                  f"{f[way]['tokens']}, {f[way]['seconds']}, {f[way]['verbatim']}"] for way in ("tokens", "regex")]
     m = result["machine"]
-    lines = [f"{result['engine']} on {m['cores']} cores of {m['cpu'] or 'an unknown CPU'} "
-             f"(load {m['load'][0]} -> {m['load_after'][0]})"]
-    return "\n".join(lines + [f"  {name:<{width}}  {value}" for name, value in rows])
+    title = (f"{result['engine']} on {m['cores']} cores of {m['cpu'] or 'an unknown CPU'} "
+             f"(load {m['load'][0]} -> {m['load_after'][0]})")
+    return Report(result, [Table(["measure", "value"], rows, title=title)])
 
 
 def main(prompt_tokens: int = 4096, concurrency: list[int] | None = None, decode_tokens: int = 128,
@@ -140,8 +142,29 @@ def main(prompt_tokens: int = 4096, concurrency: list[int] | None = None, decode
     """Run the benchmark, print JSON on stdout and the table on stderr."""
     terminate_as_interrupt()
     result = asyncio.run(bench(prompt_tokens, concurrency or [1, 4, 16], decode_tokens, forced))
-    emit(result, table)
+    report(result).emit()
     return 0
+
+
+def cmd_bench_engine(args: argparse.Namespace) -> int:
+    """`tao bench engine`: check the options, then run the benchmark."""
+    try:
+        concurrency = [int(part) for part in args.concurrency.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"--concurrency takes comma-separated integers, not {args.concurrency!r}") from None
+    return main(args.prompt_tokens, concurrency, args.decode_tokens, args.forced)
+
+
+def register(bench_subparsers: argparse._SubParsersAction) -> None:
+    """Add `tao bench engine`."""
+    bench = bench_subparsers.add_parser("engine")
+    bench.add_argument("--prompt-tokens", type=int, default=4096, help="long prompt size (default 4096)")
+    bench.add_argument("--concurrency", default="1,4,16", help="comma-separated request counts (default 1,4,16)")
+    bench.add_argument("--decode-tokens", type=int, default=128, help="tokens each decode request makes (default 128)")
+    bench.add_argument("--forced", action="store_true",
+                       help="also force the recorded answers of examples/sessions by their token ids and by a regex "
+                            "(tokens and seconds of each; about 7 minutes on 2 cores)")
+    bench.set_defaults(func=cmd_bench_engine)
 
 
 if __name__ == "__main__":

@@ -42,12 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit, machine
 from harness.bench.fidelity_cases import Call, Case, call_dict
 from harness.bench.fidelity_kinds import KINDS, case_by_id, generate
 from harness.bench.fidelity_tree import Places, Snapshot, Trash, build, clear, diff_trees, excerpt, remove, snapshot
 from harness.bench.fidelity_world import PROJECT, Seen, World, run_world
+from harness.bench.report import Report, Table
 from harness.environ import kept_environment
+from harness.machine import machine
 
 __all__ = ["Places", "Snapshot", "Verdict", "World", "build", "compare", "diff_trees", "judge", "remove", "run_cases",
            "scratch_base", "snapshot"]
@@ -251,17 +252,16 @@ def commit() -> str | None:
     return head + ("+" if dirty else "")
 
 
-def table(result: dict[str, Any]) -> str:
-    """Counts by kind, then the failing labels."""
+def summary(result: dict[str, Any]) -> Report:
+    """Counts by kind and in all, then the run's size and time, then the failing labels."""
     head = ("cases", "promoted", *CLASSES)
-    lines = [f"{'kind':<10}" + "".join(f"{h:>12}" for h in head)]
-    rows = [*result["by_kind"].items(), ("total", {h: result[h] for h in head})]
-    lines += [f"{kind:<10}" + "".join(f"{row[h]:>12}" for h in head) for kind, row in rows]
-    lines.append(f"{result['cases']} cases in {result['seconds']} s ({result['ms_per_case']} ms a case), "
-                 f"seed {result['seed']}")
-    lines += [f"  {label}: " + ", ".join(f"{n} {name}" for name, n in counts.items())
+    rows = [[kind, *(str(row[h]) for h in head)]
+            for kind, row in [*result["by_kind"].items(), ("total", {h: result[h] for h in head})]]
+    notes = [f"{result['cases']} cases in {result['seconds']} s ({result['ms_per_case']} ms a case), "
+             f"seed {result['seed']}"]
+    notes += [f"  {label}: " + ", ".join(f"{n} {name}" for name, n in counts.items())
               for label, counts in result["failing_labels"].items()]
-    return "\n".join(lines)
+    return Report(result, [Table(["kind", *head], rows)], notes)
 
 
 def scratch_base() -> Path:
@@ -288,15 +288,14 @@ def run(args: argparse.Namespace) -> int:
     finally:
         remove(base)
     result = report(verdicts, args.seed, time.monotonic() - started)
-    emit(result, table, as_json=args.json)
+    summary(result).emit(args.json)
     return 1 if any(result[name] for name in ("differences", "escapes", "crashes")) else 0
 
 
 def register(bench_subparsers: argparse._SubParsersAction) -> None:
     """Add `fidelity` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "fidelity", help="promoted speculation against the real run, byte for byte, over generated cases",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "fidelity", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", type=int, default=2000, help="cases to generate (default 2000)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the generator (default 1)")
     parser.add_argument("--only", choices=KINDS, help="generate cases of this kind only")

@@ -192,7 +192,7 @@ def test_command(rng: random.Random, tree: Tree) -> str:
         f"chmod {rng.choice(('600', '755', '444'))} {f} && stat -c '%a %s' {f}", f"mv {f} {f}.bak && ls",
         f"ln -s {f} link_{n} && readlink link_{n}", f"exit {rng.randint(1, 3)}", f"echo {w}; exit 1", "true",
         "ls -1 pkg", f"chown 1234:1234 {f} && stat -c '%u:%g' {f}", f"ln {f} hard_{n} && stat -c %h {f}",
-        f"mkfifo pipe_{n} && ls", f"rm -rf other && ls", f"cat {f} {f} | sort | uniq -c",
+        f"mkfifo pipe_{n} && ls", "rm -rf other && ls", f"cat {f} {f} | sort | uniq -c",
         "seq 1 20000", f"echo out; cat {f} >&2; echo out2", "kill -TERM $$", "python3 -c 'print(\"x\" * 40000)'",
         "python3 -c 'import os; os.setuid(4321)'", "stat -c '%U:%G' / /etc/passwd && id -u", "ls -ln / | head -3",
     ))

@@ -18,9 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit, machine, run_module
+from harness.bench import run_module
+from harness.bench.report import Report, Table, cell
 from harness.demo import SCRIPT, fresh_example
 from harness.errors import UsageError
+from harness.machine import machine
 
 TASK = json.loads(SCRIPT.read_text())["task"]
 MOMENTS = ("frame", "ready", "first_token", "first_call")
@@ -90,14 +92,12 @@ def one_run(tao_args: list[str], timeout: float) -> dict[str, Any]:
             {"load_after": round(os.getloadavg()[0], 2)}
 
 
-def table(result: dict[str, Any]) -> str:
+def report(result: dict[str, Any]) -> Report:
     """One row per run, seconds from launch."""
-    lines = ["| run | first frame | engine ready | first token | first tool call | load after |",
-             "|---|---|---|---|---|---|"]
-    for number, run in enumerate(result["runs"], 1):
-        cells = ["-" if run[name] is None else f"{run[name]:.1f} s" for name in MOMENTS]
-        lines.append(f"| {number} | {' | '.join(cells)} | {run['load_after']} |")
-    return "\n".join(lines)
+    rows = [[str(number), *(cell(run[name], ".1f", " s") for name in MOMENTS), str(run["load_after"])]
+            for number, run in enumerate(result["runs"], 1)]
+    return Report(result, [Table(["run", "first frame", "engine ready", "first token", "first tool call",
+                                  "load after"], rows)])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -116,14 +116,14 @@ def cmd_first_call(args: argparse.Namespace) -> int:
     for number in range(1, args.runs + 1):
         runs.append(one_run(tao_args, args.timeout))
         print(f"run {number}/{args.runs}: first tool call after {runs[-1]['first_call']} s", file=sys.stderr)
-    emit({"benchmark": "first-call", "tao_args": tao_args, "machine": machine(), "runs": runs}, table, args.json)
+    report({"benchmark": "first-call", "tao_args": tao_args, "machine": machine(), "runs": runs}).emit(args.json)
     return 0 if all(run["first_call"] is not None for run in runs) else 1
 
 
 def register(bench_subparsers: Any) -> None:
     """Add `first-call` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "first-call", help="seconds from `tao` in a repository to the model's first tool call",
+        "first-call",
         description="Open the real `tao` in a pseudo-terminal on a fresh copy of examples/calc, type its task at "
                     "launch, and time the first frame, the engine ready, the first token and the first tool call.")
     add_arguments(parser)

@@ -30,11 +30,13 @@ from collections.abc import Callable
 from typing import Any
 
 from harness import protocol
-from harness.bench import emit, machine, run_module
+from harness.bench import run_module
+from harness.bench.report import Report, Table
 from harness.bench.stream_gen import NativeCase, StreamGen, TextCase
+from harness.calls.canonical import canonical
 from harness.errors import UsageError
 from harness.events import FormatError, SessionStart, ToolCall, ToolResult
-from harness.calls.canonical import canonical
+from harness.machine import machine
 from harness.speculation.prediction.pattern_model import SHIPPED_MODEL, PatternModel
 from harness.speculation.prediction.patterns import Analyzer, Partial
 from harness.speculation.prediction.prefix import args_prefix_of
@@ -290,21 +292,19 @@ class _time_limit:  # noqa: N801 - used as a context manager
         raise Hang(f"the case ran longer than {self.seconds:g} s")
 
 
-def table(result: dict[str, Any]) -> str:
-    """The result as a plain-text table: totals, then the mutations that failed (or all, when none did)."""
-    lines = [f"fuzz-streams: {result['streams']} streams + {result['native_lists']} native lists, seed "
-             f"{result['seed']}, {result['seconds']:.1f} s",
-             f"calls {result['calls']}, errors {result['errors']}, crashes {result['crashes']}, "
-             f"violations {result['violations']}; slowest case {result['slowest_case']['seconds']} s "
-             f"({result['slowest_case']['case']})",
-             f"{'mutation':20} {'calls':>7} {'errors':>7} {'crashes':>8} {'violations':>10}"]
-    for label, counts in result["by_mutation"].items():
-        lines.append(f"{label:20} {counts.get('calls', 0):>7} {counts.get('errors', 0):>7} "
-                     f"{counts.get('crashes', 0):>8} {counts.get('violations', 0):>10}")
-    for example in result["examples"]:
-        lines.append(f"  {example['kind']} case {example['case']} {example['labels']}: "
-                     f"{example.get('crash') or example.get('violation')} {example.get('at', '')}")
-    return "\n".join(lines)
+def report(result: dict[str, Any]) -> Report:
+    """Totals, each mutation's counts, then the cases that failed (or all examples, when none did)."""
+    title = (f"fuzz-streams: {result['streams']} streams + {result['native_lists']} native lists, seed "
+             f"{result['seed']}, {result['seconds']:.1f} s; calls {result['calls']}, errors {result['errors']}, "
+             f"crashes {result['crashes']}, violations {result['violations']}; slowest case "
+             f"{result['slowest_case']['seconds']} s ({result['slowest_case']['case']})")
+    rows = [[label, *(str(counts.get(key, 0)) for key in ("calls", "errors", "crashes", "violations"))]
+            for label, counts in result["by_mutation"].items()]
+    examples = [f"  {example['kind']} case {example['case']} {example['labels']}: "
+                f"{example.get('crash') or example.get('violation')} {example.get('at', '')}"
+                for example in result["examples"]]
+    return Report(result, [Table(["mutation", "calls", "errors", "crashes", "violations"], rows, title=title)],
+                  examples)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -321,14 +321,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_fuzz_streams(args: argparse.Namespace) -> int:
     """Run the fuzzer; exit 1 when anything crashed or an invariant broke."""
     result = run(args.streams, args.seed, args.native, args.case_seconds or None)
-    emit(result, table, as_json=args.json)
+    report(result).emit(args.json)
     return 1 if result["crashes"] or result["violations"] else 0
 
 
 def register(bench_subparsers: Any) -> None:
     """Add `fuzz-streams` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "fuzz-streams", help="hostile model answers through the call parser: 0 crashes expected",
+        "fuzz-streams",
         description="Feed random and damaged model answers through the streaming call parser chunk by chunk, "
                     "and random native tool_calls through the native parser; count what escapes.")
     add_arguments(parser)

@@ -33,11 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit, machine, run_module
+from harness.bench import run_module
 from harness.bench.fuzz_traces_seeds import Seed, builtin_seeds, mutate
+from harness.bench.report import Report, Table
+from harness.calls.canonical import canonical
 from harness.errors import UsageError
 from harness.events import EventDecodeError, read_trajectory
-from harness.calls.canonical import canonical
+from harness.machine import machine
 from harness.speculation.prediction.pattern_model import PatternModel
 from harness.speculation.prediction.past import past_sessions
 from harness.speculation.prediction.training import adapt
@@ -287,23 +289,21 @@ def _unlock(root: Path) -> None:
             path.chmod(0o600)
 
 
-def table(result: dict[str, Any]) -> str:
-    """The result as a plain-text table: per mutation, files, imported and crashes; then the totals."""
-    lines = [f"fuzz-traces: {result['files']} files from {result['config']['seeds']} seeds, "
-             f"seed {result['config']['seed']}", f"{'mutation':14} {'files':>6} {'imported':>9} {'crashes':>8}"]
-    for name, counts in result["by_mutation"].items():
-        lines.append(f"{name:14} {counts.get('files', 0):6d} {counts.get('imported', 0):9d} "
-                     f"{counts.get('crashes', 0):8d}")
-    lines.append(f"imported {result['imported']}, skipped {result['skipped']} ({result['skip_messages']} skip "
-                 f"messages), crashes {result['crashes']}, unreported {result['unreported']}, folders "
-                 f"{result['folders']} ({result['folder_mismatches']} mismatched)")
-    for example in result["examples"]:
-        lines.append(f"  crash: {example['file']} ({', '.join(example['mutations']) or example['kind']}) "
-                     f"in {example['where']}: {example['error']}")
+def report(result: dict[str, Any]) -> Report:
+    """Per mutation: files, imported and crashes; then the totals, the crashes and the machine."""
+    title = (f"fuzz-traces: {result['files']} files from {result['config']['seeds']} seeds, "
+             f"seed {result['config']['seed']}")
+    rows = [[name, *(str(counts.get(key, 0)) for key in ("files", "imported", "crashes"))]
+            for name, counts in result["by_mutation"].items()]
+    notes = [f"imported {result['imported']}, skipped {result['skipped']} ({result['skip_messages']} skip "
+             f"messages), crashes {result['crashes']}, unreported {result['unreported']}, folders "
+             f"{result['folders']} ({result['folder_mismatches']} mismatched)"]
+    notes += [f"  crash: {example['file']} ({', '.join(example['mutations']) or example['kind']}) "
+              f"in {example['where']}: {example['error']}" for example in result["examples"]]
     m = result["machine"]
-    lines.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load']} -> "
+    notes.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load']} -> "
                  f"{m['load_after']}; {result['config']['seconds']:.0f} s in all")
-    return "\n".join(lines)
+    return Report(result, [Table(["mutation", "files", "imported", "crashes"], rows, title=title)], notes)
 
 
 def failed(result: dict[str, Any]) -> bool:
@@ -324,14 +324,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_fuzz_traces(args: argparse.Namespace) -> int:
     """Run the fuzzer and print it; exit 1 when a property broke."""
     result = run(args.files, args.seed, args.source, args.keep, progress=not args.json)
-    emit(result, table, as_json=args.json)
+    report(result).emit(args.json)
     return 1 if failed(result) else 0
 
 
 def register(bench_subparsers: Any) -> None:
     """Add `fuzz-traces` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "fuzz-traces", help="damaged trajectory files of every format: importing, learning and resuming never crash",
+        "fuzz-traces",
         description="Make fuzzed trajectory files (mutated seeds of every supported format, and things that are "
                     "not files), then import, learn from, resume and list each of them and each folder of them.")
     add_arguments(parser)

@@ -26,16 +26,19 @@ import statistics
 import sys
 import time
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit, machine, run_module
 from harness.bench import recordings as recorded
+from harness.bench import run_module
 from harness.bench.oracle import OracleAnalyzer
 from harness.bench.overhead import Meter
+from harness.bench.report import Report, Table
 from harness.engine.recorded import ReplayEngine
 from harness.errors import UsageError
 from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
+from harness.machine import machine
 from harness.launch import SessionOptions, open_session
 from harness.session import Session, SessionConfig
 from harness.speculation.prediction.pattern_model import (SHIPPED_MODEL, PatternModel, default_model_path,
@@ -271,59 +274,107 @@ def paired_ratios(runs: list[dict[str, Any]], mode: str = "on") -> dict[str, lis
     return out
 
 
-def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per-session and whole-mix statistics of the runs (pure arithmetic; tests cover it)."""
-    names = list(dict.fromkeys(r["session"] for r in runs))
-    modes = [m for m in MODES if any(r["mode"] == m for r in runs)]
-    by = {(n, m): [r for r in runs if r["session"] == n and r["mode"] == m] for n in names for m in modes}
-    per_session: dict[str, Any] = {}
-    for name in names:
-        row: dict[str, Any] = {}
-        for mode in modes:
-            times = [r["seconds"] for r in by[(name, mode)]]
-            waits = [sum(c["duration"] for c in r["calls"]) for r in by[(name, mode)]]
-            row[mode] = {"mean": round(_mean(times), 4), "p99": round(quantile(times, 0.99), 4), "runs": len(times),
-                         "tool_wait": round(_mean(waits), 4)}
-        off = row["off"]["mean"]
-        row["ratio"], row["oracle_ratio"] = _ratio(row["on"]["mean"], off), _ratio(row["oracle"]["mean"], off)
-        row["saving_s"] = round(off - row["on"]["mean"], 4)
-        row["oracle_saving_s"] = round(off - row["oracle"]["mean"], 4)
-        row["share_of_oracle"] = _share(row["saving_s"], row["oracle_saving_s"])
-        row["spec"] = spec_means(by[(name, "on")])
-        row["oracle_spec"] = spec_means(by[(name, "oracle")])
-        if "cold" in modes:
-            row["cold_ratio"] = _ratio(row["cold"]["mean"], off)
-            row["cold_saving_s"] = round(off - row["cold"]["mean"], 4)
-        per_session[name] = row
-    total: dict[str, Any] = {}
+@dataclass(frozen=True)
+class ModeTimes:
+    """One mode's runs of one session: task seconds (mean, p99), how many runs, mean seconds waited on tools."""
+
+    mean: float
+    p99: float
+    runs: int
+    tool_wait: float
+
+    @classmethod
+    def of(cls, runs: list[dict[str, Any]]) -> ModeTimes:
+        times = [r["seconds"] for r in runs]
+        waits = [sum(c["duration"] for c in r["calls"]) for r in runs]
+        return cls(round(_mean(times), 4), round(quantile(times, 0.99), 4), len(times), round(_mean(waits), 4))
+
+
+@dataclass(frozen=True)
+class MixTimes:
+    """One mode over the whole mix: task seconds (mean, p99) and the seconds waited on tools, summed over sessions."""
+
+    mean: float
+    p99: float
+    tool_wait: float
+
+
+def session_row(by_mode: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """One session's statistics: each mode's times, then on, oracle (and cold) against off, and speculation's counts."""
+    times = {mode: ModeTimes.of(runs) for mode, runs in by_mode.items()}
+    row: dict[str, Any] = {mode: asdict(stats) for mode, stats in times.items()}
+    off = times["off"].mean
+    row["ratio"], row["oracle_ratio"] = _ratio(times["on"].mean, off), _ratio(times["oracle"].mean, off)
+    row["saving_s"] = round(off - times["on"].mean, 4)
+    row["oracle_saving_s"] = round(off - times["oracle"].mean, 4)
+    row["share_of_oracle"] = _share(row["saving_s"], row["oracle_saving_s"])
+    row["spec"] = spec_means(by_mode["on"])
+    row["oracle_spec"] = spec_means(by_mode["oracle"])
+    if "cold" in times:
+        row["cold_ratio"] = _ratio(times["cold"].mean, off)
+        row["cold_saving_s"] = round(off - times["cold"].mean, 4)
+    return row
+
+
+def mix_times(runs: list[dict[str, Any]], modes: list[str], per_session: dict[str, Any]) -> dict[str, MixTimes]:
+    """Each mode over every session's runs."""
+    mix = {}
     for mode in modes:
         times = [r["seconds"] for r in runs if r["mode"] == mode]
-        total[f"mean_{mode}"] = round(_mean(times), 4)
-        total[f"p99_{mode}"] = round(quantile(times, 0.99), 4)
-        total[f"tool_wait_{mode}"] = round(sum(row[mode]["tool_wait"] for row in per_session.values()), 4)
+        mix[mode] = MixTimes(round(_mean(times), 4), round(quantile(times, 0.99), 4),
+                             round(sum(row[mode]["tool_wait"] for row in per_session.values()), 4))
+    return mix
+
+
+def mix_total(runs: list[dict[str, Any]], mix: dict[str, MixTimes], per_session: dict[str, Any]) -> dict[str, Any]:
+    """The whole mix as the JSON's "total": each mode's mean_, p99_ and tool_wait_, then on and oracle against off."""
+    total: dict[str, Any] = {}
+    for mode, stats in mix.items():
+        total.update({f"mean_{mode}": stats.mean, f"p99_{mode}": stats.p99, f"tool_wait_{mode}": stats.tool_wait})
+    off, on, oracle = mix["off"], mix["on"], mix["oracle"]
     saving = sum(row["saving_s"] for row in per_session.values())
     oracle_saving = sum(row["oracle_saving_s"] for row in per_session.values())
     total.update({
-        "ratio_mean": _ratio(total["mean_on"], total["mean_off"]),
-        "ratio_p99": _ratio(total["p99_on"], total["p99_off"]),
+        "ratio_mean": _ratio(on.mean, off.mean),
+        "ratio_p99": _ratio(on.p99, off.p99),
         "ratio_max": max((row["ratio"] for row in per_session.values()), default=0.0),
-        "oracle_ratio_mean": _ratio(total["mean_oracle"], total["mean_off"]),
-        "oracle_ratio_p99": _ratio(total["p99_oracle"], total["p99_off"]),
+        "oracle_ratio_mean": _ratio(oracle.mean, off.mean),
+        "oracle_ratio_p99": _ratio(oracle.p99, off.p99),
         "oracle_ratio_max": max((row["oracle_ratio"] for row in per_session.values()), default=0.0),
         "saving_s": round(saving, 4), "oracle_saving_s": round(oracle_saving, 4),
         "share_of_oracle": _share(saving, oracle_saving),
         "spec": spec_means([r for r in runs if r["mode"] == "on"]),
         "oracle_spec": spec_means([r for r in runs if r["mode"] == "oracle"]),
     })
-    if "cold" in modes:  # Tao without the user's past sessions
+    if "cold" in mix:  # Tao without the user's past sessions
         cold_saving = sum(row["cold_saving_s"] for row in per_session.values())
-        total.update({"cold_ratio_mean": _ratio(total["mean_cold"], total["mean_off"]),
-                      "cold_ratio_p99": _ratio(total["p99_cold"], total["p99_off"]),
+        total.update({"cold_ratio_mean": _ratio(mix["cold"].mean, off.mean),
+                      "cold_ratio_p99": _ratio(mix["cold"].p99, off.p99),
                       "cold_ratio_max": max(row["cold_ratio"] for row in per_session.values()),
                       "cold_saving_s": round(cold_saving, 4), "cold_share_of_oracle": _share(cold_saving, oracle_saving),
                       "cold_spec": spec_means([r for r in runs if r["mode"] == "cold"])})
+    return total
+
+
+def trajectory_checks(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many runs' trajectories equal their off run's, which differ and where, and the runs that did not finish."""
     reference = {(r["session"], r["rep"]): r["trace"] for r in runs if r["mode"] == "off"}
     checked = [r for r in runs if r["mode"] != "off" and (r["session"], r["rep"]) in reference]
+    return {
+        "trajectories_equal": sum(r["trace"] == reference[(r["session"], r["rep"])] for r in checked),
+        "trajectories_checked": len(checked), "trajectories_differ": differences(runs),
+        "not_finished": [f"{r['session']}/{r['mode']}/{r['rep']}: {r['status']}"
+                         for r in runs if r["status"] != "finished"],
+    }
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-session and whole-mix statistics of the runs (pure arithmetic; tests cover it)."""
+    names = list(dict.fromkeys(r["session"] for r in runs))
+    modes = [m for m in MODES if any(r["mode"] == m for r in runs)]
+    per_session = {name: session_row({mode: [r for r in runs if r["session"] == name and r["mode"] == mode]
+                                      for mode in modes}) for name in names}
+    total = mix_total(runs, mix_times(runs, modes, per_session), per_session)
     return {
         "ratio_mean": total["ratio_mean"], "ratio_p99": total["ratio_p99"], "ratio_max": total["ratio_max"],
         "share_of_oracle": total["share_of_oracle"], "total": total, "sessions": per_session,
@@ -331,12 +382,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "oracle_overhead": overhead_summary([r for r in runs if r["mode"] == "oracle"]),
         "slowed_promotions": {m: slowed_promotions(runs, m) for m in ("on", "oracle")},
         "call_gaps": call_gaps(runs), "paired_ratios": paired_ratios(runs), "unpromoted": unpromoted(runs),
-        "trajectories_equal": sum(r["trace"] == reference[(r["session"], r["rep"])] for r in checked),
-        "trajectories_checked": len(checked), "trajectories_differ": differences(runs),
-        "not_finished": [f"{r['session']}/{r['mode']}/{r['rep']}: {r['status']}" for r in runs if r["status"] != "finished"],
+        **trajectory_checks(runs),
     }
-
-
 
 
 def bench_environment() -> None:
@@ -382,62 +429,63 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0%}"
 
 
-def table(result: dict[str, Any]) -> str:
-    """The result as a plain-text table."""
+def report(result: dict[str, Any]) -> Report:
+    """Each session off, on and oracle, the mix's mean and p99; then tool wait, speculation and overhead."""
     config, total = result["config"], result["total"]
-    lines = [f"tao bench live: {len(config['sessions'])} sessions x {config['repeat']} repetitions, "
-             f"{config['tpot_ms']:g} ms per output token; model: {config['model']}",
-             f"{'session':26}{'off s':>8}{'on s':>8}{'oracle s':>9}{'on/off':>8}{'orc/off':>8}{'share':>7}"
-             f"{'promo':>7}{'rep':>5}{'waste s':>8}"]
-    for name, row in result["sessions"].items():
-        lines.append(f"{name:26}{row['off']['mean']:8.2f}{row['on']['mean']:8.2f}{row['oracle']['mean']:9.2f}"
-                     f"{row['ratio']:8.3f}{row['oracle_ratio']:8.3f}{_pct(row['share_of_oracle']):>7}"
-                     f"{row['spec']['promoted']:7.1f}{row['spec']['repeats']:5.1f}{row['spec']['wasted']:8.2f}")
+    title = (f"tao bench live: {len(config['sessions'])} sessions x {config['repeat']} repetitions, "
+             f"{config['tpot_ms']:g} ms per output token; model: {config['model']}")
+    rows = [[name, f"{row['off']['mean']:.2f}", f"{row['on']['mean']:.2f}", f"{row['oracle']['mean']:.2f}",
+             f"{row['ratio']:.3f}", f"{row['oracle_ratio']:.3f}", _pct(row["share_of_oracle"]),
+             f"{row['spec']['promoted']:.1f}", f"{row['spec']['repeats']:.1f}", f"{row['spec']['wasted']:.2f}"]
+            for name, row in result["sessions"].items()]
     spec = total["spec"]
-    lines.append(f"{'all (mean)':26}{total['mean_off']:8.2f}{total['mean_on']:8.2f}{total['mean_oracle']:9.2f}"
-                 f"{total['ratio_mean']:8.3f}{total['oracle_ratio_mean']:8.3f}{_pct(total['share_of_oracle']):>7}"
-                 f"{spec['promoted']:7.1f}{spec['repeats']:5.1f}{spec['wasted']:8.2f}")
-    lines.append(f"{'all (p99)':26}{total['p99_off']:8.2f}{total['p99_on']:8.2f}{total['p99_oracle']:9.2f}"
-                 f"{total['ratio_p99']:8.3f}{total['oracle_ratio_p99']:8.3f}")
+    rows.append(["all (mean)", f"{total['mean_off']:.2f}", f"{total['mean_on']:.2f}", f"{total['mean_oracle']:.2f}",
+                 f"{total['ratio_mean']:.3f}", f"{total['oracle_ratio_mean']:.3f}", _pct(total["share_of_oracle"]),
+                 f"{spec['promoted']:.1f}", f"{spec['repeats']:.1f}", f"{spec['wasted']:.2f}"])
+    rows.append(["all (p99)", f"{total['p99_off']:.2f}", f"{total['p99_on']:.2f}", f"{total['p99_oracle']:.2f}",
+                 f"{total['ratio_p99']:.3f}", f"{total['oracle_ratio_p99']:.3f}", "", "", "", ""])
+    sessions = Table(["session", "off s", "on s", "oracle s", "on/off", "orc/off", "share", "promo", "rep", "waste s"],
+                     rows, title=title)
+    notes: list[str] = []
     over = result["overhead"]
-    lines.append(f"tool wait (seconds the sessions waited on tools, summed over the sessions): off "
+    notes.append(f"tool wait (seconds the sessions waited on tools, summed over the sessions): off "
                  f"{total['tool_wait_off']:.2f}, on {total['tool_wait_on']:.2f}, oracle {total['tool_wait_oracle']:.2f}")
-    lines.append(f"saving: Tao {total['saving_s']:.2f} s, oracle {total['oracle_saving_s']:.2f} s over the mix "
+    notes.append(f"saving: Tao {total['saving_s']:.2f} s, oracle {total['oracle_saving_s']:.2f} s over the mix "
                  f"(share {_pct(total['share_of_oracle'])}); worst session on/off {total['ratio_max']:.3f}, "
                  f"oracle {total['oracle_ratio_max']:.3f}")
     if "cold_ratio_mean" in total:
         cold = total["cold_spec"]
-        lines.append(f"cold (no past sessions): mean {total['mean_cold']:.2f} s, on/off {total['cold_ratio_mean']:.3f}, "
+        notes.append(f"cold (no past sessions): mean {total['mean_cold']:.2f} s, on/off {total['cold_ratio_mean']:.3f}, "
                      f"p99 {total['cold_ratio_p99']:.3f}, worst session {total['cold_ratio_max']:.3f}, share "
                      f"{_pct(total['cold_share_of_oracle'])}, tool wait {total['tool_wait_cold']:.2f} s, promoted "
                      f"{cold['promoted']:.1f} of {cold['launched']:.1f} a run, wasted {cold['wasted']:.2f} s")
-    lines.append(f"speculation per run (on): launched {spec['launched']:.1f}, promoted {spec['promoted']:.1f}, "
+    notes.append(f"speculation per run (on): launched {spec['launched']:.1f}, promoted {spec['promoted']:.1f}, "
                  f"repeats {spec['repeats']:.1f}, discarded {spec['discarded']:.1f}, saved {spec['saved']:.2f} s, "
                  f"wasted {spec['wasted']:.2f} s")
-    lines.append(f"overhead per decision {over['ms_per_decision']:.3f} ms (launch mean {over['launch_ms_mean']:.3f} "
+    notes.append(f"overhead per decision {over['ms_per_decision']:.3f} ms (launch mean {over['launch_ms_mean']:.3f} "
                  f"p99 {over['launch_ms_p99']:.3f}, predict mean {over['predict_ms_mean']:.3f} p99 "
                  f"{over['predict_ms_p99']:.3f}, take mean {over['take_ms_mean']:.3f} p99 {over['take_ms_p99']:.3f}, "
                  f"close {over['close_ms_per_run']:.1f} ms a run); "
                  f"{over['seconds_per_run']:.3f} s per run, {over['share_of_session_time']:.2%} of session time")
     gaps = result["call_gaps"]
-    lines.append(f"tool wait Tao leaves to the oracle: {gaps['gap_s']:.2f} s over the mix; largest:")
+    notes.append(f"tool wait Tao leaves to the oracle: {gaps['gap_s']:.2f} s over the mix; largest:")
     for row in gaps["largest"][:4]:
-        lines.append(f"  {row['session']} step {row['step']}: {row['call'][:60]} off {row['off_s']:.2f} s, "
+        notes.append(f"  {row['session']} step {row['step']}: {row['call'][:60]} off {row['off_s']:.2f} s, "
                      f"on {row['on_s']:.2f} s, oracle {row['oracle_s']:.2f} s")
     miss = result["unpromoted"]
-    lines.append(f"calls Tao never promoted ({miss['calls']}): tool wait off {miss['off_s']:.2f} s, on {miss['on_s']:.2f} s")
+    notes.append(f"calls Tao never promoted ({miss['calls']}): tool wait off {miss['off_s']:.2f} s, on {miss['on_s']:.2f} s")
     slow = result["slowed_promotions"]["on"]
-    lines.append(f"promoted while still running (on): {slow['promoted_while_running']}, slower than the same call off: "
+    notes.append(f"promoted while still running (on): {slow['promoted_while_running']}, slower than the same call off: "
                  f"{slow['slower_than_off']}")
-    lines.append(f"trajectories equal to the off run's: {result['trajectories_equal']}/{result['trajectories_checked']}"
+    notes.append(f"trajectories equal to the off run's: {result['trajectories_equal']}/{result['trajectories_checked']}"
                  + (f"; not finished: {', '.join(result['not_finished'])}" if result["not_finished"] else ""))
     for diff in result["trajectories_differ"]:
-        lines.append(f"  {diff['run']} differs from its off run at event {diff['event']}: "
+        notes.append(f"  {diff['run']} differs from its off run at event {diff['event']}: "
                      + "; ".join(f"{k} {v}" for k, v in diff.items() if k not in ("run", "event")))
     m = result["machine"]
-    lines.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load_before']} -> "
+    notes.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load_before']} -> "
                  f"{m['load_after']}; {config['seconds']:.0f} s in all")
-    return "\n".join(lines)
+    return Report(result, [sessions], notes)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -469,17 +517,17 @@ def cmd_live(args: argparse.Namespace) -> int:
 
         result = embedded.run(args.sessions, only, args.repeat or 1, args.provisional, args.model,
                               args.max_sandboxed, args.cache)
-        show = embedded.table
+        shown = embedded.report(result)
     else:
-        result, show = run(args.sessions, only, args.repeat or 3, args.tpot_ms, args.model, args.cache), table
-    emit(result, show, as_json=args.json)
+        shown = report(run(args.sessions, only, args.repeat or 3, args.tpot_ms, args.model, args.cache))
+    shown.emit(args.json)
     return 0
 
 
 def register(bench_subparsers: Any) -> None:
     """Add `live` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "live", help="recorded sessions against real repositories: speculation off, on and oracle",
+        "live",
         description="Replay recorded sessions against real repositories with real tools, with speculation "
                     "off, on (Tao's analyzer) and oracle (every call foreseen), interleaved; with --engine "
                     "embedded, through the real engine with observation warming off and on.")

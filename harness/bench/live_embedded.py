@@ -39,17 +39,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench import machine
 from harness.bench import recordings as recorded
 from harness.bench.live import analyzer_for, bench_environment, model_choice, quantile, timed_run
+from harness.bench.report import Report, Table
+from harness.calls.canonical import canonical
 from harness.engine.base import Engine, LLMRequest
 from harness.engine.recorded import ForcedReplayEngine
 from harness.errors import UsageError
+from harness.machine import machine
 from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart, SpecObsSettle, SpecObsWarm,
                             SpecPromote, ToolCall, ToolResult, comparable)
 from harness.launch import SessionOptions, open_session
 from harness.session import Session, SessionConfig
-from harness.calls.canonical import canonical
 from harness.speculation.running.scheduler import Budget, LastRun
 from sandbox import Workspace
 
@@ -331,40 +332,37 @@ def _s(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def _row(label: str, mode: str, m: dict[str, Any]) -> str:
+def _row(label: str, mode: str, m: dict[str, Any]) -> list[str]:
     g = m["by_guess"]
-    return (f"{label:24}{mode:>12}{m['runs']:>5}{_s(m['seconds']['mean'], 1):>8}{m['ttft']['n']:>4}"
-            f"{_s(m['ttft']['mean']):>7}{_s(m['ttft']['p50']):>7}{_s(m['wait']['mean']):>7}"
-            f"{_s(g['matched']['ttft']['mean']):>8}{_s(g['mismatched']['ttft']['mean']):>8}"
-            f"{_s(g['none']['ttft']['mean']):>8}{m['cache_hit_after_tool']:>7.0%}{m['cache_hit']:>6.0%}"
-            f"{m['warms']:>6}{m['matched']:>6}")
+    return [label, mode, str(m["runs"]), _s(m["seconds"]["mean"], 1), str(m["ttft"]["n"]), _s(m["ttft"]["mean"]),
+            _s(m["ttft"]["p50"]), _s(m["wait"]["mean"]), _s(g["matched"]["ttft"]["mean"]),
+            _s(g["mismatched"]["ttft"]["mean"]), _s(g["none"]["ttft"]["mean"]), f"{m['cache_hit_after_tool']:.0%}",
+            f"{m['cache_hit']:.0%}", str(m["warms"]), str(m["matched"])]
 
 
-def table(result: dict[str, Any]) -> str:
-    """The result as a plain-text table (seconds; TTFT of the steps that follow a tool call)."""
+def report(result: dict[str, Any]) -> Report:
+    """Each session and mode, then the mix (seconds; TTFT of the steps that follow a tool call), then the ratios."""
     config, total = result["config"], result["total"]
-    lines = [f"tao bench live --engine embedded: {len(config['sessions'])} sessions x {config['repeat']} "
+    title = (f"tao bench live --engine embedded: {len(config['sessions'])} sessions x {config['repeat']} "
              f"repetitions, modes {', '.join(config['modes'])}; speculation on (model: {config['model']}; "
-             f"max_sandboxed {config['max_sandboxed']})",
-             f"{'session':24}{'mode':>12}{'runs':>5}{'sess s':>8}{'n':>4}{'ttft':>7}{'p50':>7}{'wait':>7}"
-             f"{'matched':>8}{'mismat':>8}{'none':>8}{'hit@t':>7}{'hit':>6}{'warms':>6}{'match':>6}"]
-    for name, row in result["sessions"].items():
-        for mode in config["modes"]:
-            lines.append(_row(name, mode, row[mode]))
-    for mode in config["modes"]:
-        lines.append(_row("all", mode, total[mode]))
+             f"max_sandboxed {config['max_sandboxed']})")
+    rows = [_row(name, mode, row[mode]) for name, row in result["sessions"].items() for mode in config["modes"]]
+    rows += [_row("all", mode, total[mode]) for mode in config["modes"]]
+    table = Table(["session", "mode", "runs", "sess s", "n", "ttft", "p50", "wait", "matched", "mismat", "none",
+                   "hit@t", "hit", "warms", "match"], rows, title=title, left=2)
+    notes: list[str] = []
     for mode, r in total["ratios"].items():
-        lines.append(f"{mode}/nowarm: ttft after a tool {_s(r['ttft'], 3)} (p50 {_s(r['ttft_p50'], 3)}; after a "
+        notes.append(f"{mode}/nowarm: ttft after a tool {_s(r['ttft'], 3)} (p50 {_s(r['ttft_p50'], 3)}; after a "
                      f"matched guess {_s(r['ttft_matched'], 3)}, mismatched {_s(r['ttft_mismatched'], 3)}, no guess "
                      f"{_s(r['ttft_none'], 3)}); wait {_s(r['wait'], 3)} (matched {_s(r['wait_matched'], 3)}); "
                      f"session time {_s(r['seconds'], 3)}")
     check = result["guess_check"]
-    lines.append(f"guesses (warming runs): {check['guesses']} derived, {check['agree']} agree with spec_obs_settle "
+    notes.append(f"guesses (warming runs): {check['guesses']} derived, {check['agree']} agree with spec_obs_settle "
                  f"({check['settles']} settles); trajectories equal to nowarm's: {result['trajectories_equal']}/"
                  f"{result['trajectories_checked']} (output token counts: {result['output_tokens_equal']})"
                  + (f"; not finished: {', '.join(result['not_finished'])}"
                                                          if result["not_finished"] else ""))
     m = result["machine"]
-    lines.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load_before']} -> "
+    notes.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load_before']} -> "
                  f"{m['load_after']}; engine start {config['engine']['start_s']:.0f} s, {config['seconds']:.0f} s in all")
-    return "\n".join(lines)
+    return Report(result, [table], notes)

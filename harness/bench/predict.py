@@ -12,6 +12,7 @@ split by a hash of their id (`--holdout` of them tested), so no instance is in b
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 import zlib
@@ -20,8 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.events import ToolResult
+from harness.bench import dump
+from harness.bench.report import Report, Table
 from harness.calls.action import MUTATING, SLOW_KINDS, UNKNOWN, Action
+from harness.cli_traces import existing
+from harness.events import ToolResult
 from harness.speculation.prediction.latency import modelled_latency
 from harness.speculation.prediction.pattern_model import PatternModel
 from harness.speculation.prediction.patterns import ONLINE_RATE, Analyzer, Candidate
@@ -143,24 +147,22 @@ def run(train_dir: Path, test_dir: Path, k: int = 3, holdout: float = 0.3, model
     return result
 
 
-def table(result: dict[str, Any]) -> str:
-    """The result as a plain-text table."""
+def report(result: dict[str, Any]) -> Report:
+    """Accuracy at each moment, the latency covered and the decision time, then accuracy by kind."""
     k = result["k"]
-    lines = [f"calls {result['actions']} (train sessions {result['train_sessions']}, test sessions "
-             f"{result['test_sessions']}); moment (c) sees {result['prefix_chars']} argument characters",
-             f"{'':24}{'(a)':>8}{'(b)':>8}{'(c)':>8}"]
-    for label, group in (("all", result["moments"]), ("slow", result["slow"])):
-        for metric in ("top1", f"top{k}"):
-            lines.append(f"{label + ' ' + metric:24}" + "".join(f"{group[m][metric]:8.1%}" for m in MOMENTS))
-    lines.append(f"latency covered by top-{k} at (a): {result[f'latency_covered_top{k}']:.1%} (exact calls only: "
-                 f"{result[f'latency_covered_top{k}_exact_only']:.1%}; candidates by probability: "
-                 f"{result[f'latency_covered_top{k}_by_probability']:.1%})")
-    lines.append(f"decision time p50 {result['decision_ms_p50']:.3f} ms, p90 {result['decision_ms_p90']:.3f} ms")
-    lines.append(f"{'kind':12}{'calls':>7}{'a top1':>8}{f'a top{k}':>8}{f'b top{k}':>8}{f'c top{k}':>8}")
-    for kind, row in result["by_kind"].items():
-        lines.append(f"{kind:12}{row['actions']:7d}{row['a_top1']:8.1%}{row[f'a_top{k}']:8.1%}"
-                     f"{row[f'b_top{k}']:8.1%}{row[f'c_top{k}']:8.1%}")
-    return "\n".join(lines)
+    title = (f"calls {result['actions']} (train sessions {result['train_sessions']}, test sessions "
+             f"{result['test_sessions']}); moment (c) sees {result['prefix_chars']} argument characters")
+    moments = Table(["", "(a)", "(b)", "(c)"], title=title, rows=[
+        [f"{label} {metric}", *(f"{group[m][metric]:.1%}" for m in MOMENTS)]
+        for label, group in (("all", result["moments"]), ("slow", result["slow"])) for metric in ("top1", f"top{k}")])
+    kinds = Table(["kind", "calls", "a top1", f"a top{k}", f"b top{k}", f"c top{k}"], rows=[
+        [kind, str(row["actions"]), *(f"{row[key]:.1%}" for key in ("a_top1", f"a_top{k}", f"b_top{k}", f"c_top{k}"))]
+        for kind, row in result["by_kind"].items()])
+    kinds.title = (f"latency covered by top-{k} at (a): {result[f'latency_covered_top{k}']:.1%} (exact calls only: "
+                   f"{result[f'latency_covered_top{k}_exact_only']:.1%}; candidates by probability: "
+                   f"{result[f'latency_covered_top{k}_by_probability']:.1%}); decision time p50 "
+                   f"{result['decision_ms_p50']:.3f} ms, p90 {result['decision_ms_p90']:.3f} ms")
+    return Report(result, [moments, kinds])
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -168,3 +170,33 @@ def _quantile(values: list[float], q: float) -> float:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def cmd_bench_predict(args: argparse.Namespace) -> int:
+    """`tao bench predict`: the table on stderr, the JSON on stdout."""
+    existing(args.train)
+    existing(args.test)
+    result = run(args.train, args.test, k=args.k, holdout=args.holdout, model_path=args.model,
+                 save_model=args.save_model, prefix_chars=args.prefix_chars, epochs=args.epochs)
+    if args.json:
+        print(dump(result))
+    else:
+        report(result).emit()
+    return 0 if result["actions"] else 1
+
+
+def register(bench_subparsers: argparse._SubParsersAction) -> None:
+    """Add `tao bench predict`."""
+    bench = bench_subparsers.add_parser("predict")
+    bench.add_argument("--train", type=Path, required=True, help="trajectories to learn from")
+    bench.add_argument("--test", type=Path, required=True, help="trajectories to predict (same dir: split by id)")
+    bench.add_argument("--k", type=int, default=3, help="candidates per decision (default 3)")
+    bench.add_argument("--holdout", type=float, default=0.3,
+                       help="share of sessions tested when --train and --test are the same (default 0.3)")
+    bench.add_argument("--prefix-chars", type=int, default=8,
+                       help="argument characters known at moment (c) (default 8)")
+    bench.add_argument("--epochs", type=int, default=2, help="ranker training passes (default 2)")
+    bench.add_argument("--model", type=Path, help="use this learned model instead of learning from --train")
+    bench.add_argument("--save-model", type=Path, help="also save the learned model here")
+    bench.add_argument("--json", action="store_true", help="print only the JSON result")
+    bench.set_defaults(func=cmd_bench_predict)

@@ -13,63 +13,19 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from harness.bench import emit, machine
-from sandbox import Overlay, Workspace
+from harness.bench.report import Report, Table, cell
+from harness.machine import machine
+from sandbox import Workspace
 from sandbox.backends import ORDER, unavailable
 from sandbox.probe import detect
 from sandbox.statedir import choose_base
-
-GIT_IDENTITY = {"GIT_AUTHOR_NAME": "tao", "GIT_AUTHOR_EMAIL": "tao@example.invalid",
-                "GIT_COMMITTER_NAME": "tao", "GIT_COMMITTER_EMAIL": "tao@example.invalid"}
-
-
-def make_repo(path: Path, files: int) -> Path:
-    """A git repo with `files` small files, 100 a directory, committed, plus ~1% modified and ~1% new."""
-    path.mkdir(parents=True, exist_ok=True)
-    for i in range(files):
-        d = path / f"pkg{i // 100:03d}"
-        d.mkdir(exist_ok=True)
-        (d / f"mod{i:05d}.py").write_text(f"# module {i}\nVALUE = {i}\n\ndef f():\n    return VALUE * 2\n")
-    env = {**os.environ, **GIT_IDENTITY}
-    for argv in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "generated"]):
-        subprocess.run(argv, cwd=path, env=env, check=True, stdout=subprocess.DEVNULL)
-    for i in range(0, files, 100):
-        (path / f"pkg{i // 100:03d}" / f"mod{i:05d}.py").write_text(f"# changed {i}\n")
-        (path / f"pkg{i // 100:03d}" / f"new{i:05d}.py").write_text(f"# new {i}\n")
-    return path
-
-
-def ms(seconds: float) -> float:
-    """Seconds to milliseconds, rounded for tables."""
-    return round(seconds * 1000, 1)
-
-
-async def measure(workspace: Workspace, backend: str, state_dir: Path | None = None) -> dict[str, float]:
-    """One create / run `true` / discard round, in milliseconds."""
-    t0 = time.perf_counter()
-    overlay = await Overlay.create(workspace, backend=backend, state_dir=state_dir)
-    t1 = time.perf_counter()
-    result = await overlay.run(["true"])
-    t2 = time.perf_counter()
-    await overlay.discard()
-    t3 = time.perf_counter()
-    if result.exit_code != 0:
-        raise RuntimeError(f"`true` failed in the {backend} overlay: {result.text}")
-    return {"create_ms": ms(t1 - t0), "run_ms": ms(t2 - t1), "discard_ms": ms(t3 - t2), "total_ms": ms(t3 - t0)}
-
-
-async def measure_median(workspace: Workspace, backend: str, repeat: int,
-                         state_dir: Path | None = None) -> dict[str, float]:
-    """The median of each timing over `repeat` rounds."""
-    rounds = [await measure(workspace, backend, state_dir) for _ in range(max(1, repeat))]
-    return {key: round(statistics.median(r[key] for r in rounds), 1) for key in rounds[0]}
+from sandbox.timing import make_repo, measure_median, ms
 
 
 def refresh_cost(root: Path, mode: str, repeat: int) -> dict[str, Any]:
@@ -114,19 +70,16 @@ async def bench(sizes: list[int], backends: list[str], repeat: int) -> dict[str,
             "results": rows, "refresh": watch_rows, "skipped": skipped}
 
 
-def table(report: dict[str, Any]) -> str:
-    """A plain-text table of the results."""
-    lines = [f"{'files':>6}  {'backend':<15} {'create':>9} {'run true':>9} {'discard':>9} {'total':>9}"]
-    for r in report["results"]:
-        lines.append(f"{r['files']:>6}  {r['backend']:<15} {r['create_ms']:>7.1f}ms {r['run_ms']:>7.1f}ms "
-                     f"{r['discard_ms']:>7.1f}ms {r['total_ms']:>7.1f}ms")
-    lines.append("")
-    lines.append(f"{'files':>6}  {'watch':<8} {'start':>9} {'refresh':>9}")
-    for r in report["refresh"]:
-        lines.append(f"{r['files']:>6}  {r['watch']:<8} {r['start_ms']:>7.1f}ms {r['refresh_ms']:>7.2f}ms")
-    for name, reason in report["skipped"].items():
-        lines.append(f"skipped {name}: {reason}")
-    return "\n".join(lines)
+def report(result: dict[str, Any]) -> Report:
+    """Overlay timings per size and backend, then the watch costs, then the backends skipped and why."""
+    timings = Table(["files", "backend", "create", "run true", "discard", "total"], left=2, rows=[
+        [str(r["files"]), r["backend"], *(cell(r[key], ".1f", " ms") for key in ("create_ms", "run_ms", "discard_ms",
+                                                                               "total_ms"))]
+        for r in result["results"]])
+    watch = Table(["files", "watch", "start", "refresh"], left=2, rows=[
+        [str(r["files"]), r["watch"], cell(r["start_ms"], ".1f", " ms"), cell(r["refresh_ms"], ".2f", " ms")]
+        for r in result["refresh"]])
+    return Report(result, [timings, watch], [f"skipped {name}: {reason}" for name, reason in result["skipped"].items()])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -142,16 +95,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"tao bench sandbox: unknown backend(s) {', '.join(unknown)}; choose from {', '.join(ORDER)}"
               if unknown else "tao bench sandbox: give at least one size", file=sys.stderr)
         return 2
-    report = asyncio.run(bench(sizes, backends, args.repeat))
-    emit(report, table)
+    result = asyncio.run(bench(sizes, backends, args.repeat))
+    report(result).emit()
     return 0
 
 
 def register(bench_subparsers: argparse._SubParsersAction) -> None:
     """Add `sandbox` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "sandbox", help="overlay create+destroy time against repository size, per backend",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        "sandbox", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--sizes", default="100,1000,10000", help="files per repository (default 100,1000,10000)")
     parser.add_argument("--backends", default=",".join(ORDER), help=f"backends to time (default {','.join(ORDER)})")

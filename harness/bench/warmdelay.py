@@ -30,10 +30,12 @@ import time
 from typing import Any
 
 from harness import protocol
-from harness.bench import emit, machine, run_module
+from harness.bench import run_module
 from harness.bench.engine import run_one
+from harness.bench.report import Report, Table, cell
 from harness.engine.base import Engine, LLMRequest
 from harness.errors import UsageError
+from harness.machine import machine
 from harness.speculation.running.observation import WARM_CHUNK_TOKENS, ObservationSpeculator
 from tools import default_tools, tool_specs
 
@@ -158,22 +160,18 @@ def run(repeat: int = 5, tool_s: float = 1.0, progress: bool = True) -> dict[str
             "machine": {**before, "load_after": machine()["load"]}, "runs": rows}
 
 
-def table(result: dict[str, Any]) -> str:
-    """The result as a plain-text table."""
+def report(result: dict[str, Any]) -> Report:
+    """Each case and mode: time to first token (mean, max, against no warming) and the tokens found cached."""
     config, m = result["config"], result["machine"]
-    lines = [f"warm-delay: next request after a {config['tool_s']} s tool, warm chunks of {config['chunk_tokens']} "
-             f"tokens, {config['repeat']} repetitions",
-             f"{'case':6} {'mode':8} {'TTFT mean s':>11} {'max s':>7} {'/ none':>7} {'cached':>13}"]
-    for case, by_mode in result["cases"].items():
-        for mode, s in by_mode.items():
-            mean = "-" if s["ttft_mean"] is None else f"{s['ttft_mean']:.2f}"
-            top = "-" if s["ttft_max"] is None else f"{s['ttft_max']:.2f}"
-            ratio = "-" if s["ratio_to_none"] is None else f"{s['ratio_to_none']:.3f}"
-            cached = "-" if s["cached_mean"] is None else f"{s['cached_mean']:.0f}/{s['prompt']}"
-            lines.append(f"{case:6} {mode:8} {mean:>11} {top:>7} {ratio:>7} {cached:>13}")
-    lines.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load']} -> "
-                 f"{m['load_after']}; {config['seconds']:.0f} s in all")
-    return "\n".join(lines)
+    rows = [[case, mode, cell(s["ttft_mean"], ".2f"), cell(s["ttft_max"], ".2f"), cell(s["ratio_to_none"], ".3f"),
+             "-" if s["cached_mean"] is None else f"{s['cached_mean']:.0f}/{s['prompt']}"]
+            for case, by_mode in result["cases"].items() for mode, s in by_mode.items()]
+    title = (f"warm-delay: next request after a {config['tool_s']} s tool, warm chunks of {config['chunk_tokens']} "
+             f"tokens, {config['repeat']} repetitions")
+    caption = (f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load']} -> "
+               f"{m['load_after']}; {config['seconds']:.0f} s in all")
+    return Report(result, [Table(["case", "mode", "TTFT mean s", "max s", "/ none", "cached"], rows, title=title,
+                                 caption=caption, left=2)])
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -186,14 +184,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_warm_delay(args: argparse.Namespace) -> int:
     """Run the benchmark and print it."""
-    emit(run(args.repeat, args.tool_s), table, as_json=args.json)
+    report(run(args.repeat, args.tool_s)).emit(args.json)
     return 0
 
 
 def register(bench_subparsers: Any) -> None:
     """Add `warm-delay` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "warm-delay", help="real engine: how long the next request waits behind a warm prefill, chunked or whole",
+        "warm-delay",
         description="On the embedded vLLM engine: warm the next prompt on a long guessed test output while "
                     "the run takes --tool-s seconds, then send the real next request; with no warming, one "
                     "whole warm request, and warming in chunks; for a wrong guess and a right one.")

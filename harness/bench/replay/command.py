@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import dump
+from harness.bench.report import Report, Table
 from harness.errors import UsageError
 from harness.speculation.running.scheduler import Budget
 
@@ -60,7 +61,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     result = replay.run(args.train or args.traces, args.traces, parse_tpots(args.tpot_ms), args.sessions,
                         args.holdout, args.model, args.save_model, args.prefill_tps, args.limit, budget,
                         args.latency)
-    print(dump(result) if args.json else table(result), flush=True)
+    if args.json:
+        print(dump(result), flush=True)
+    else:
+        report(result).emit(as_json=False)
     if args.plot is not None:
         plotted = plot(result, args.plot)
         if plotted is not None:
@@ -68,34 +72,36 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def table(result: dict[str, Any]) -> str:
-    """The result as plain-text tables: task times per run, then Tao's figures, per time per token."""
+def report(result: dict[str, Any]) -> Report:
+    """Task times per run, then Tao's figures, one table per time per token, under the accuracy."""
     acc = result["accuracy"]
-    lines = [f"{result['test_sessions']} trajectories, {result['steps']} steps, {acc['calls']} calls "
-             f"(train: {result['train_sessions']}); prefill {result['prefill_tps']:g} tokens/s; tool latency "
-             f"model {result['latency']!r}; budget {result['budget']}",
-             f"Tao served {acc['served_share']:.1%} of calls from speculation "
-             f"(by moment {acc['served_by_moment']}); (a) top-1 {acc['a_top1']:.1%}, top-3 {acc['a_top3']:.1%}; "
-             f"warmed prompts {acc['warmed']}; measured tool durations {acc['measured_durations']}"]
-    for tpot, entry in result["tpot_ms"].items():
-        lines.append(f"\n{tpot} ms/token{'':14}{'mean s':>9}{'p50 s':>9}{'p99 s':>9}{'mean red':>10}{'p99 red':>9}")
-        for run, row in entry["runs"].items():
-            lines.append(f"  {RUN_LABELS[run]:27}{row['mean']:9.1f}{row['p50']:9.1f}{row['p99']:9.1f}"
-                         f"{row['mean_reduction']:10.1%}{row['p99_reduction']:9.1%}")
-        lines.append(f"  Tao: {entry['mean_reduction']:.1%} mean, {entry['p99_reduction']:.1%} p99; "
-                     f"oracle share {entry['oracle_share']:.0%} (of the speculable calls' oracle "
-                     f"{entry['oracle_speculable_share']:.0%}); {_times(entry['vs_best_single'])} the best single "
-                     f"mechanism ({entry['best_single']}); tool latency {_times(entry['tool_latency_ratio'])} lower; "
-                     f"{entry['wasted_cpu_s']:.0f} CPU-s wasted; slower than serial beyond its overhead on "
-                     f"{entry['slower_than_baseline_beyond_overhead']} trajectories")
-        if "sessions" in entry:
-            load = entry["sessions"]
-            lines.append(f"  {load['n']} sessions on one engine (knee {load['knee']}): serial "
-                         f"{load['baseline']['mean']:.0f} s mean; Tao {load['tao']['mean_reduction']:.1%} mean / "
-                         f"{load['tao']['p99_reduction']:.1%} p99; Tao + co-scheduling "
-                         f"{load['tao_cosched']['mean_reduction']:.1%} mean / "
-                         f"{load['tao_cosched']['p99_reduction']:.1%} p99 (PASTE reports -43.5% / -55.4%)")
-    return "\n".join(lines)
+    heading = [f"{result['test_sessions']} trajectories, {result['steps']} steps, {acc['calls']} calls "
+               f"(train: {result['train_sessions']}); prefill {result['prefill_tps']:g} tokens/s; tool latency "
+               f"model {result['latency']!r}; budget {result['budget']}",
+               f"Tao served {acc['served_share']:.1%} of calls from speculation "
+               f"(by moment {acc['served_by_moment']}); (a) top-1 {acc['a_top1']:.1%}, top-3 {acc['a_top3']:.1%}; "
+               f"warmed prompts {acc['warmed']}; measured tool durations {acc['measured_durations']}"]
+    return Report(result, [per_tpot(tpot, entry) for tpot, entry in result["tpot_ms"].items()], heading=heading)
+
+
+def per_tpot(tpot: str, entry: dict[str, Any]) -> Table:
+    """One time per token: each run's task times, and Tao's figures below them."""
+    rows = [[RUN_LABELS[run], f"{row['mean']:.1f}", f"{row['p50']:.1f}", f"{row['p99']:.1f}",
+             f"{row['mean_reduction']:.1%}", f"{row['p99_reduction']:.1%}"] for run, row in entry["runs"].items()]
+    caption = (f"Tao: {entry['mean_reduction']:.1%} mean, {entry['p99_reduction']:.1%} p99; "
+               f"oracle share {entry['oracle_share']:.0%} (of the speculable calls' oracle "
+               f"{entry['oracle_speculable_share']:.0%}); {_times(entry['vs_best_single'])} the best single "
+               f"mechanism ({entry['best_single']}); tool latency {_times(entry['tool_latency_ratio'])} lower; "
+               f"{entry['wasted_cpu_s']:.0f} CPU-s wasted; slower than serial beyond its overhead on "
+               f"{entry['slower_than_baseline_beyond_overhead']} trajectories")
+    if "sessions" in entry:
+        load = entry["sessions"]
+        caption += (f"\n{load['n']} sessions on one engine (knee {load['knee']}): serial "
+                    f"{load['baseline']['mean']:.0f} s mean; Tao {load['tao']['mean_reduction']:.1%} mean / "
+                    f"{load['tao']['p99_reduction']:.1%} p99; Tao + co-scheduling "
+                    f"{load['tao_cosched']['mean_reduction']:.1%} mean / "
+                    f"{load['tao_cosched']['p99_reduction']:.1%} p99 (PASTE reports -43.5% / -55.4%)")
+    return Table([f"{tpot} ms/token", "mean s", "p50 s", "p99 s", "mean red", "p99 red"], rows, caption=caption)
 
 
 def _times(ratio: float | None) -> str:
@@ -139,7 +145,7 @@ def plot(result: dict[str, Any], path: Path) -> str | None:
 def register(bench_subparsers: Any) -> None:
     """Add `replay` to `tao bench`."""
     parser = bench_subparsers.add_parser(
-        "replay", help="real trajectories on a timeline: serial, Tao, each mechanism alone, the oracle",
+        "replay",
         description="Replay held-out trajectories step by step without looking ahead and report how much "
                     "sooner each finishes with Tao than with a serial loop, against the oracle bound and "
                     "each speculation mechanism alone, at each time per output token.")

@@ -48,7 +48,7 @@ RUNS = ("baseline", "tao", "tao_cosched")
 
 
 @dataclass
-class Session:
+class SimSession:
     """One replayed trajectory on the shared engine."""
 
     index: int
@@ -78,7 +78,7 @@ class Engine:
     def __init__(self, tpot: float, prefill_tps: float, profile: Profile = GPU) -> None:
         self.tpot, self.prefill_tps, self.profile = tpot, prefill_tps, profile
 
-    def step_seconds(self, running: list[Session], prefill_tokens: float) -> float:
+    def step_seconds(self, running: list[SimSession], prefill_tokens: float) -> float:
         """One step: b decoding sequences at `tpot` x g(b), plus the prefill it carries."""
         b = len(running)
         context = statistics.fmean(s.context for s in running) if running else 0
@@ -86,7 +86,7 @@ class Engine:
         g = step.seconds(b, b * context, 0, 0) / step.seconds(1, context, 0, 0) if b else 0.0
         return self.tpot * g + prefill_tokens / self.prefill_tps
 
-    def resident(self, session: Session, sessions: list[Session]) -> bool:
+    def resident(self, session: SimSession, sessions: list[SimSession]) -> bool:
         """Whether the session's prefix is still cached: what was used since, with it, fits."""
         used = sum(s.context for s in sessions if s is not session and s.last_used >= session.last_used
                    and s.finished is None)
@@ -101,10 +101,10 @@ def simulate(items: list[tuple[list[Any], list[Plan], float]], n: int, tpot: flo
     queue = deque(range(len(items)))
     while len(queue) < n:
         queue.extend(range(len(items)))
-    sessions = [Session(j, *items[queue.popleft()], ready=STAGGER * j) for j in range(n)]
+    sessions = [SimSession(j, *items[queue.popleft()], ready=STAGGER * j) for j in range(n)]
     starts = {id(s): s.ready for s in sessions}
-    waiting: list[Session] = []
-    running: list[Session] = []
+    waiting: list[SimSession] = []
+    running: list[SimSession] = []
     pacing = pacing_for(items, tpot, prefill_tps) if paced else None
     times: list[float] = []
     t = 0.0
@@ -133,7 +133,7 @@ def simulate(items: list[tuple[list[Any], list[Plan], float]], n: int, tpot: flo
             times.append(done.finished - starts[id(done)])  # type: ignore[operator]
             sessions.remove(done)
             if queue:
-                nxt = Session(done.index, *items[queue.popleft()], ready=done.finished)  # type: ignore[arg-type]
+                nxt = SimSession(done.index, *items[queue.popleft()], ready=done.finished)  # type: ignore[arg-type]
                 starts[id(nxt)] = nxt.ready
                 sessions.append(nxt)
     return times
@@ -149,8 +149,8 @@ def pacing_for(items: list[tuple[list[Any], list[Plan], float]], tpot: float, pr
     return Pacing(knee, WAIT_TURNS * turn, round(len(steps) / len(items)))
 
 
-def _admit(waiting: list[Session], running: list[Session], sessions: list[Session], engine: Engine, t: float,
-           pacing: Pacing | None) -> list[Session]:
+def _admit(waiting: list[SimSession], running: list[SimSession], sessions: list[SimSession], engine: Engine, t: float,
+           pacing: Pacing | None) -> list[SimSession]:
     """FCFS (no pacing): in arrival order while the KV cache has room, stopping at the first that does not
     fit, as vLLM does; paced: also at most `knee` running, the aged first (a started session's request that
     waited `max_wait`; a first request has no bound), then resident sessions, then the least expected work
@@ -163,7 +163,7 @@ def _admit(waiting: list[Session], running: list[Session], sessions: list[Sessio
                                                max(1, pacing.expected_steps - s.step), s.arrived))
     room = engine.profile.kv_tokens - sum(s.context for s in running)
     count = len(running)
-    admitted: list[Session] = []
+    admitted: list[SimSession] = []
     for s in order:
         need = s.context + s.steps[s.step].prefill_tokens + s.steps[s.step].output_tokens
         if (need > room and running + admitted) or (pacing is not None and count >= pacing.knee):
@@ -186,7 +186,7 @@ def mean_context(items: list[tuple[list[Any], list[Plan], float]]) -> int:
     return round(statistics.fmean(sizes)) if sizes else 1
 
 
-def _advance(running: list[Session], engine: Engine, t: float, prefill: float, sessions: list[Session],
+def _advance(running: list[SimSession], engine: Engine, t: float, prefill: float, sessions: list[SimSession],
              wake: float) -> float:
     """Run engine steps until a request finishes or a session comes back from its tools."""
     first = engine.step_seconds(running, prefill)
@@ -210,7 +210,7 @@ def _advance(running: list[Session], engine: Engine, t: float, prefill: float, s
     return t
 
 
-def _token(s: Session, t: float, count: int, t0: float | None = None, dt: float = 0.0) -> None:
+def _token(s: SimSession, t: float, count: int, t0: float | None = None, dt: float = 0.0) -> None:
     """Count `count` tokens of a session's answer; note when moments (b) and (c) pass."""
     step = s.steps[s.step]
     if not s.moments:
@@ -222,7 +222,7 @@ def _token(s: Session, t: float, count: int, t0: float | None = None, dt: float 
             s.moments[name] = t if t0 is None else t0 + max(0, index - before) * dt
 
 
-def _finish(s: Session, end: float, prefill_tps: float) -> None:
+def _finish(s: SimSession, end: float, prefill_tps: float) -> None:
     """The answer ended at `end`: run its calls as planned and schedule the next request."""
     step, plan = s.steps[s.step], s.plans[s.step] if s.step < len(s.plans) else Plan()
     cursor = end
