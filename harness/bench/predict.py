@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.events import ToolResult
-from harness.calls.action import MUTATING, SLOW_KINDS, UNKNOWN, Action
+from harness.calls.action import SLOW_KINDS, Action
 from harness.speculation.latency import modelled_latency
 from harness.speculation.pattern_model import PatternModel
 from harness.speculation.patterns import ONLINE_RATE, Analyzer, Candidate
 from harness.speculation.rehearsal import PREFIX_CHARS, Decision, replay
 from harness.traces import Imported, ImportReport, load_sessions
+from tools.base import Effect
 
 MOMENTS = ("a", "b", "c")
 
@@ -72,7 +73,7 @@ def split(train_dir: Path, test_dir: Path, holdout: float,
 def covered(action: Action, top: list[Candidate], derive: bool = True) -> bool:
     """Whether the call's result is available from the speculated candidates: the same call, or (with
     `derive`) a range view of, or a grep in, a single file whose whole read was speculated."""
-    runnable = [c for c in top if c.effect not in (MUTATING, UNKNOWN)]
+    runnable = [c for c in top if c.effect not in (Effect.MUTATING, Effect.UNKNOWN)]
     if any(c.key == action.key for c in runnable):
         return True
     if derive and action.path and (action.kind == "view" or (action.tool == "grep" and "." in action.path)):
