@@ -26,7 +26,8 @@ if multiprocessing.current_process().name != "MainProcess":
 
 from harness.errors import EngineUnavailable, TaoError, UsageError
 from harness.flags import add_engine_flags, add_session_flags
-from harness.headless import EXIT_CODES, run_session, saved_session
+from harness.headless import run_session, saved_session
+from harness.vocabulary import EXIT_CODES
 from harness.saved import PICK
 from harness.shutdown import exits_at_once, terminate_as_interrupt
 

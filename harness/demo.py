@@ -26,6 +26,7 @@ from harness.engine.embedded_model import MODEL_NAME
 from harness.errors import UsageError
 from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, ToolResult
 from harness.log import HumanLog, counted
+from harness.vocabulary import EXIT_CODES
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 SCRIPT = EXAMPLES / "calc.replay.json"
@@ -138,7 +139,7 @@ class DemoLog(HumanLog):
 
 def run_headless(args: argparse.Namespace, plan: DemoPlan) -> int:
     """Run the plan with the human log on stderr, then say what it showed and how to go on."""
-    from harness.headless import EXIT_CODES, run_session
+    from harness.headless import run_session
 
     print(f"Tao demo in {plan.repo} (a fresh copy of examples/calc).\n{plan.answers}\n{plan.approvals}",
           file=sys.stderr, flush=True)
@@ -154,4 +155,4 @@ def run_headless(args: argparse.Namespace, plan: DemoPlan) -> int:
     print(f"\nThe demo {end.status} after {counted(end.steps, 'step')}; {changed} changed.", file=sys.stderr)
     for line in (*recap.lines(), plan.answers, *CLOSING):
         print(line, file=sys.stderr)
-    return 0 if end.status == "finished" else EXIT_CODES.get(end.status, 1)
+    return EXIT_CODES.get(end.status, 1)  # finished: 0

@@ -16,6 +16,8 @@ these end a command or a session with a reason recorded in the trajectory.
 
 from __future__ import annotations
 
+from harness.vocabulary import Status
+
 
 class TaoError(Exception):
     """Base of every error Tao raises on purpose."""
@@ -48,13 +50,13 @@ class ReplayExhausted(EngineError):
 class SessionStop(TaoError):
     """Ends the session loop; `status` is what session_end records."""
 
-    status = "stopped"
+    status: Status = Status.STOPPED
 
 
 class Finished(SessionStop):
     """The model called finish."""
 
-    status = "finished"
+    status = Status.FINISHED
 
     def __init__(self, summary: str) -> None:
         super().__init__(summary)
@@ -64,10 +66,10 @@ class Finished(SessionStop):
 class LimitExceeded(SessionStop):
     """A step or wall-time limit was reached."""
 
-    status = "limit"
+    status = Status.LIMIT
 
 
 class Interrupted(SessionStop):
     """The user interrupted the current step."""
 
-    status = "interrupted"
+    status = Status.INTERRUPTED

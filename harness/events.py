@@ -298,6 +298,9 @@ class SpecLaunch(Event):
     probability: float
 
 
+REPEAT = "repeat"  # the spec_id of a promotion a real run of the same pure call answered (on the wire)
+
+
 @dataclass
 class SpecPromote(Event):
     """The model's real call matched a speculation at the same workspace version; its result was used."""
@@ -309,6 +312,16 @@ class SpecPromote(Event):
     saved: float  # seconds of tool time hidden behind the model
     waited: float  # seconds the call still waited for the speculation to finish
     sliced: bool = False  # a line range served from a speculated read of the whole file
+
+    @classmethod
+    def of_repeat(cls, t: float, step: int, call_id: str) -> SpecPromote:
+        """A call answered by a real run of the same pure call at the same version: no speculation ran."""
+        return cls(t, step, REPEAT, call_id, 0.0, 0.0)
+
+    @property
+    def repeat(self) -> bool:
+        """Whether a real run of the same call answered it, rather than a speculation (`of_repeat`)."""
+        return self.spec_id == REPEAT
 
 
 @dataclass

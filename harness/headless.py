@@ -21,11 +21,11 @@ from harness.saved import PICK
 from harness.session import EventSink, Outcome, Session
 from harness.speculation.prediction.patterns import Analyzer
 from harness.state import default_trajectory_path, state_dir
+from harness.vocabulary import Status
 from sandbox import Workspace
 from tools import default_tools
 from tools.base import Observation
 
-EXIT_CODES = {"finished": 0, "error": 1, "limit": 3, "interrupted": 130}
 
 
 async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Path | None = None,
@@ -52,7 +52,7 @@ async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Pa
         interrupted = isinstance(exc, asyncio.CancelledError)
         reason = ("interrupted by the user while the engine started" if interrupted else
                   f"engine unavailable: {exc}" if isinstance(exc, EngineUnavailable) else str(exc))
-        failed_start(task, repo, args, "interrupted" if interrupted else "error", reason)
+        failed_start(task, repo, args, Status.INTERRUPTED if interrupted else Status.ERROR, reason)
         raise
     writer = TrajectoryWriter(trajectory)
     sinks = [writer.write] + ([] if quiet else [log or HumanLog(sys.stderr)])
@@ -75,7 +75,7 @@ async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Pa
         await engine.close()
     if not quiet:
         print(f"trajectory: {trajectory}", file=sys.stderr)
-    elif end.status == "finished":
+    elif end.status == Status.FINISHED:
         print(end.summary, flush=True)  # the final answer, alone on stdout
     else:
         print(f"tao: session {end.status} after {counted(end.steps, 'step')}: {end.reason}", file=sys.stderr)
@@ -141,7 +141,7 @@ def resumable(saved: Path, args: argparse.Namespace) -> tuple[list[Event], Path]
     history = rebuild(events, native_tools=False)
     ends = [index for index, event in enumerate(events) if isinstance(event, (TurnEnd, SessionEnd))]
     asked = ends and any(isinstance(event, UserMessage) for event in events[ends[-1]:])  # a follow-up not worked on
-    if history.status == "finished" and not asked:
+    if history.status == Status.FINISHED and not asked:
         raise UsageError(f"the session in {saved} already finished ({history.reason}); nothing is left to continue. "
                          f"Send it a follow-up in the TUI with `tao --resume {saved}`, or start a new session")
     repo = Path(history.start.repo)

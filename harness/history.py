@@ -17,6 +17,7 @@ from harness import context, protocol
 from harness.errors import UsageError
 from harness.events import (Attached, ContextCleared, ContextCompact, Event, EventDecodeError, FormatError,
                             LLMEnd, SessionEnd, SessionStart, ToolResult, TurnEnd, UserMessage, read_trajectory)
+from harness.vocabulary import Status
 
 LAST = "last"  # what `--continue` stands for: the newest saved session of this repository
 
@@ -42,7 +43,7 @@ class History:
     steps: int
     output_tokens: int
     last_t: float
-    status: str  # how the session last stopped: finished, limit, error or interrupted
+    status: str  # how the session last stopped: a Status (finished, limit, error or interrupted)
     reason: str
 
 
@@ -53,7 +54,8 @@ def rebuild(events: list[Event], native_tools: bool) -> History:
         raise ValueError("the trajectory has no session_start event")
     messages: list[dict[str, Any]] = [{"role": "user", "content": start.task}]
     steps = tokens = 0
-    status, reason = "interrupted", "the session was closed"
+    status: str = Status.INTERRUPTED
+    reason = "the session was closed"
     for event in events:
         steps = max(steps, getattr(event, "step", 0))
         match event:

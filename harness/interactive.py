@@ -33,6 +33,7 @@ from harness.launch import SessionOptions, open_session, session_patterns
 from harness.session import EventSink, Session
 from harness.state import default_trajectory_path, state_dir
 from harness.speculation.prediction.patterns import Analyzer
+from harness.vocabulary import Status
 from sandbox import Workspace
 from tools import default_tools
 
@@ -127,7 +128,7 @@ def describe_engine(options: EngineOptions) -> str:
     return f"{model} on vLLM in this process{forced}"
 
 
-def record_failed_start(options: SessionOptions, task: str, reason: str, status: str = "error") -> Path:
+def record_failed_start(options: SessionOptions, task: str, reason: str, status: str = Status.ERROR) -> Path:
     """A trajectory for a session whose engine never started: its session_start, then session_end `status`
     (`error`, or `interrupted` when the user quit while the engine loaded).
 
@@ -137,7 +138,7 @@ def record_failed_start(options: SessionOptions, task: str, reason: str, status:
     tools = sorted(tool.name for tool in default_tools(test_command=options.test_command))
     config = {"max_steps": options.config.max_steps, "max_seconds": options.config.max_seconds,
               "speculation": options.speculation}
-    why = reason if status != "error" else f"the engine failed to start: {reason}"
+    why = reason if status != Status.ERROR else f"the engine failed to start: {reason}"
     writer = TrajectoryWriter(path)
     try:
         for event in never_started(task, str(options.repo), describe_engine(options.engine), tools, config, status, why):
@@ -151,4 +152,4 @@ def killed_session(trajectories: Path, repo: Path) -> Path | None:
     """The last session of `repo` when it ended without a session_end (tao was killed or crashed), else None."""
     path = last_session(trajectories, repo)
     summary = summarize(path) if path is not None else None
-    return path if summary is not None and summary[1].ended == "killed" else None
+    return path if summary is not None and summary[1].ended == Status.KILLED else None

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from harness.history import saved_sessions
+from harness.vocabulary import Status
 
 PICK = "pick"  # what `--resume` without a file stands for in the TUI: choose among this repository's sessions
 TAIL_BYTES = 16_384  # read from the end of a trajectory: enough for its last events but a huge observation
@@ -28,7 +29,7 @@ class SavedSession:
     modified: float  # the file's mtime: when the session last did something
     task: str  # the task's first line
     steps: int
-    ended: str  # finished, limit, error, interrupted, or killed (no session_end after its last event)
+    ended: str  # a Status: finished, limit, error, interrupted, or killed (no session_end after its last event)
 
     def when(self) -> str:
         return datetime.fromtimestamp(self.modified).strftime("%Y-%m-%d %H:%M")
@@ -63,7 +64,7 @@ def summarize(path: Path) -> tuple[str, SavedSession] | None:
     events = [first, *_events(tail)]
     last = events[-1]
     steps = max((_int(e.get("steps")) or _int(e.get("step")) for e in events), default=0)
-    ended = str(last.get("status")) if last.get("type") == "session_end" else "killed"
+    ended = str(last.get("status")) if last.get("type") == "session_end" else Status.KILLED
     task = str(first.get("task") or "").strip().splitlines()
     return first["repo"], SavedSession(path, modified, task[0] if task else "(no task)", steps, ended)
 

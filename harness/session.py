@@ -32,6 +32,7 @@ from harness.speculation.prediction.patterns import Analyzer, Partial
 from harness.speculation.prediction.prefix import args_prefix_of
 from harness.speculation.running.scheduler import Budget, Speculation, SpeculationScheduler, SpecState
 from harness.submission import git_diff
+from harness.vocabulary import DiscardReason, Moment, Status
 from sandbox import Workspace
 from tools import run_tool, tool_specs
 from tools.base import Effect, Observation, Tool
@@ -67,7 +68,7 @@ class Answer:
 class Outcome:
     """How the work on one user message ended, as turn_end and session_end record it."""
 
-    status: str
+    status: str  # a Status (a resumed session's as its trajectory recorded it)
     reason: str
     summary: str = ""
 
@@ -133,7 +134,7 @@ class Session(BetweenTurns):
     async def run(self) -> SessionEnd:
         """Work on the task, then on each follow-up message; always ends with a session_end event."""
         self.emit(self.opening())
-        outcome = self.resumed or Outcome("error", "")
+        outcome = self.resumed or Outcome(Status.ERROR, "")
         try:
             if self.resumed is None:
                 self.attach(self.task)
@@ -142,7 +143,7 @@ class Session(BetweenTurns):
                 outcome = await self.work()
                 more = await self.next_message(outcome)
         except asyncio.CancelledError:
-            outcome = Outcome("interrupted", "interrupted by the user")
+            outcome = Outcome(Status.INTERRUPTED, "interrupted by the user")
             raise
         finally:
             if self.observation is not None:
@@ -172,9 +173,9 @@ class Session(BetweenTurns):
         except SessionStop as stop:
             return Outcome(stop.status, str(stop))
         except TimeoutError:
-            return Outcome("limit", f"wall-time limit of {self.config.max_seconds:g} s reached")
+            return Outcome(Status.LIMIT, f"wall-time limit of {self.config.max_seconds:g} s reached")
         except EngineError as exc:
-            return Outcome("error", f"engine failed: {exc}")
+            return Outcome(Status.ERROR, f"engine failed: {exc}")
         finally:
             self.working = False
 
@@ -183,7 +184,7 @@ class Session(BetweenTurns):
         if self.steps - self._turn_start >= self.config.max_steps:
             raise LimitExceeded(f"step limit of {self.config.max_steps} reached")
         self.steps += 1
-        self.launch("a")
+        self.launch(Moment.A)
         try:
             answer = await self.query()
         except ContextTooLong:
@@ -274,7 +275,7 @@ class Session(BetweenTurns):
     async def act(self, call: protocol.ParsedCall) -> Observation:
         """Run one call authoritatively and feed its observation back to the model."""
         tool = self.tools.get(call.name)
-        effect = tool.effect.value if tool else "unknown"
+        effect = (tool.effect if tool else Effect.UNKNOWN).value
         self.workspace.refresh()  # count edits made behind Tao's back before this call, not during it
         self.emit(ToolCall(self.now(), self.steps, call.call_id, call.name, call.arguments, effect))
         if call.name == "finish":
@@ -356,30 +357,30 @@ class Session(BetweenTurns):
             return
         match event:
             case protocol.CallStart():
-                self.launch("b", Partial(text=parser.text))
+                self.launch(Moment.B, Partial(text=parser.text))
             case protocol.CallName(index=index, name=name):
                 if index == 0 and (speculation := self.active_speculation) is not None:
                     # its place may go to a candidate of this tool
                     self.guarded("narrowing", lambda: speculation.narrow(name))
-                self.launch("c", Partial(text=parser.text, name=name))
+                self.launch(Moment.C, Partial(text=parser.text, name=name))
             case protocol.CallArgs(index=index, name=name, partial=raw) if index not in self._prefixed:
                 if len(prefix := args_prefix_of(raw)) >= PREFIX_CHARS:
                     self._prefixed.add(index)
-                    self.launch("c", Partial(text=parser.text, name=name, args_prefix=prefix))
+                    self.launch(Moment.C, Partial(text=parser.text, name=name, args_prefix=prefix))
 
     @property
     def active_speculation(self) -> SpeculationScheduler | None:
         """The scheduler while speculation is on (the user may turn it off and on)."""
         return self.speculation if self.speculating else None
 
-    def launch(self, moment: str, partial: Partial | None = None) -> None:
+    def launch(self, moment: Moment, partial: Partial | None = None) -> None:
         """Start the predicted calls worth it at this moment, and say when each one is ready."""
         if self.speculation is None:
             return
         speculation = self.speculation
         if not self.speculating:
             if not self._speculation_broke:  # here no call is waiting on one
-                self.guarded("discarding", lambda: speculation.discard_all("speculation turned off"))
+                self.guarded("discarding", lambda: speculation.discard_all(DiscardReason.TURNED_OFF))
             return
         for spec in self.guarded("predicting", lambda: speculation.launch(moment, self.steps, partial)) or []:
             if spec.task is not None:
@@ -411,7 +412,7 @@ class Session(BetweenTurns):
             self.emit(SpecToggle(self.now(), self.steps, False))
         if first and self.speculation is not None:
             try:
-                self.speculation.discard_all(f"speculation failed ({type(exc).__name__})")
+                self.speculation.discard_all(DiscardReason.BROKEN, detail=type(exc).__name__)
             except Exception:  # noqa: BLE001 - already broken; what still runs ends with the session
                 pass
 
@@ -480,7 +481,7 @@ class Session(BetweenTurns):
         if self.inbox is None:
             return False
         if self.speculation is not None and not self._speculation_broke:
-            self.guarded("discarding", lambda: self.speculation.discard_all("the model stopped"))  # type: ignore[union-attr]
+            self.guarded("discarding", lambda: self.speculation.discard_all(DiscardReason.MODEL_STOPPED))  # type: ignore[union-attr]
         if outcome is not None:
             self.emit(TurnEnd(self.now(), outcome.status, outcome.reason, outcome.summary, self.steps))
         text = await self.inbox.get()
@@ -521,7 +522,7 @@ class Session(BetweenTurns):
         for call in list(self._open):
             self.answer(call, Observation("[interrupted by the user]", is_error=True), 0.0)
         if self.speculation is not None and not self._speculation_broke:
-            self.guarded("discarding", lambda: self.speculation.discard_all("interrupted by the user"))  # type: ignore[union-attr]
+            self.guarded("discarding", lambda: self.speculation.discard_all(DiscardReason.INTERRUPTED))  # type: ignore[union-attr]
         if self.observation is not None:
             await self.observation.close()
         self._provisional = None

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.calls.action import MUTATING, PURE, SANDBOXED, changes_workspace
+from harness.calls.action import changes_workspace
 from harness.calls.canonical import canonical, canonical_bash, normalize_command
+from tools.base import Effect
 
 
 def key(command: str, root: str = "/testbed") -> str:
@@ -24,7 +25,7 @@ def call(name: str, **arguments: object) -> str:
 ])
 def test_whole_file_reads_are_read_file(command: str) -> None:
     assert key(command) == call("read_file", path="src/app.py")
-    assert canonical_bash(command, "/testbed").effect == PURE
+    assert canonical_bash(command, "/testbed").effect == Effect.PURE
 
 
 @pytest.mark.parametrize("command", [
@@ -65,7 +66,7 @@ def test_grep_include_becomes_glob() -> None:
 ])
 def test_greps_with_other_effects_stay_bash(command: str) -> None:
     action = canonical_bash(command)
-    assert action.tool == "bash" and action.kind == "search" and action.effect == SANDBOXED
+    assert action.tool == "bash" and action.kind == "search" and action.effect == Effect.SANDBOXED
 
 
 def test_test_runs_are_run_tests_and_scripts_stay_bash() -> None:
@@ -73,16 +74,16 @@ def test_test_runs_are_run_tests_and_scripts_stay_bash() -> None:
     assert key("cd /testbed && python -m pytest  tests") == call("run_tests", command="python -m pytest tests")
     assert canonical_bash("./tests/runtests.py queries").kind == "test"
     script = canonical_bash("python reproduce.py")
-    assert (script.tool, script.kind, script.effect) == ("bash", "script", SANDBOXED)
+    assert (script.tool, script.kind, script.effect) == ("bash", "script", Effect.SANDBOXED)
     assert canonical_bash("python3 -c 'print(1)'").kind == "script"
 
 
 def test_heredoc_writes_are_write_file_and_write_then_run_is_one_action() -> None:
     write = canonical_bash("cat <<'EOF' > r.py\nprint(1)\nEOF")
-    assert write.key == call("write_file", path="r.py", content="print(1)\n") and write.effect == MUTATING
+    assert write.key == call("write_file", path="r.py", content="print(1)\n") and write.effect == Effect.MUTATING
     assert key("cat > r.py <<'EOF'\nprint(1)\nEOF") == write.key
     both = canonical_bash("cat <<'EOF' > r.py\nprint(1)\nEOF\npython r.py")
-    assert (both.tool, both.kind, both.effect) == ("bash", "write_run", MUTATING)
+    assert (both.tool, both.kind, both.effect) == ("bash", "write_run", Effect.MUTATING)
     expanding = canonical_bash('cat <<EOF > r.py\nprint("$HOME")\nEOF')
     assert expanding.tool == "bash"  # the shell would expand $HOME: not a literal write
 
@@ -96,11 +97,12 @@ def test_whitespace_and_quoting_do_not_matter_but_expansion_does() -> None:
 def test_listings_and_effects() -> None:
     assert key("ls -la src") == call("list_files", path="src", depth=1) == key("ls src/")
     assert canonical_bash("ls -R src").tool == "bash"
-    assert canonical_bash("git diff").effect == SANDBOXED and canonical_bash("git checkout a.py").effect == MUTATING
+    assert canonical_bash("git diff").effect == Effect.SANDBOXED
+    assert canonical_bash("git checkout a.py").effect == Effect.MUTATING
     assert canonical_bash("sed -i 's/a/b/' x.py").kind == "edit"
     assert canonical_bash("rm x.py").kind == "cleanup"
-    assert canonical_bash("find . -name '*.py' -delete").effect == MUTATING
-    assert canonical_bash("sort -o out.txt in.txt").effect == MUTATING
+    assert canonical_bash("find . -name '*.py' -delete").effect == Effect.MUTATING
+    assert canonical_bash("sort -o out.txt in.txt").effect == Effect.MUTATING
     assert changes_workspace(canonical_bash("python fix.py")) and not changes_workspace(canonical_bash("cat a"))
 
 
@@ -122,7 +124,7 @@ def test_a_foreign_tool_gets_the_kind_its_name_says_and_is_never_speculated() ->
 
 def test_unparseable_commands_are_whitespace_normalised() -> None:
     action = canonical_bash("echo $(pwd)   &&  ls")
-    assert action.tool == "bash" and action.effect == MUTATING
+    assert action.tool == "bash" and action.effect == Effect.MUTATING
     assert action.key == canonical_bash("echo $(pwd) && ls").key
 
 

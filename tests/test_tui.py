@@ -7,6 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.events import Approval, Interrupt, ToolResult, TurnEnd, read_trajectory
+from harness.vocabulary import SpecState
 from tests.test_tui_support import TASK, TURNS, call, event_types, isolated, session_options, until  # noqa: F401
 from tui.app import TaoApp
 from tui.screens.approve import ApprovalScreen
@@ -30,7 +31,7 @@ async def test_a_session_typed_interrupted_approved_and_denied(isolated: Path) -
         calls = [entry.summary.plain for entry in app.query(CallEntry)]
         assert calls[0].startswith("grep(pattern='def add')") and calls[2].startswith("edit_file(")
         book = app.query_one(SpeculationPane).book
-        assert book.launched > 0 and any(entry.state in ("promoted", "discarded") for entry in book.entries.values())
+        assert book.launched > 0 and any(entry.state in (SpecState.PROMOTED, SpecState.DISCARDED) for entry in book.entries.values())
 
         await pilot.press("y")  # approve once; the command runs, then Ctrl+C stops it
         await until(pilot, lambda: "approval" in event_types(app), "the approved command running")

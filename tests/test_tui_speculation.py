@@ -7,6 +7,7 @@ from textual.app import App, ComposeResult
 from textual.widgets import DataTable
 
 from harness.events import SpecDiscard, SpecLaunch, SpecSummary
+from harness.vocabulary import SpecState
 from tui.widgets.speculation.book import Book
 from tui.widgets.speculation.pane import SpeculationPane
 
@@ -23,8 +24,8 @@ def test_the_book_keeps_tainted_discards_apart() -> None:
     book = Book()
     for event in EVENTS:
         book.apply(event)
-    assert book.entries["s1"].state == "tainted" and book.entries["s1"].why == REASON
-    assert book.entries["s2"].state == "discarded"
+    assert book.entries["s1"].state is SpecState.TAINTED and book.entries["s1"].why == REASON
+    assert book.entries["s2"].state is SpecState.DISCARDED
     assert (book.discarded, book.tainted) == (2, 1)
     book.apply(SpecSummary(1.0, 2, 0, 2, 0, 0.0, 0.81, tainted=1))
     assert book.tainted == 1

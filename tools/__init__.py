@@ -3,6 +3,7 @@
     default_tools(...)            fresh tool instances for one session
     run_tool(tool, args, ws)      validate args against the schema, run, turn errors into observations
     tool_specs(tools)             OpenAI-style function entries for the prompt or a native-tools engine
+    TOOL_EFFECTS                  each tool's effect class by name, for calls that name a tool
 
 Importing this package starts nothing (the bash tool's shell starts on its first call).
 """
@@ -31,8 +32,13 @@ _CANCEL_PATIENCE = 5.0  # seconds a timed-out call gets to wind down after it is
 
 __all__ = [
     "Bash", "EditFile", "Effect", "Finish", "Grep", "ListFiles", "Observation", "Outline", "ReadFile",
-    "RunTests", "Tool", "ToolError", "WriteFile", "call_deadline", "default_tools", "run_tool", "tool_specs",
+    "RunTests", "TOOL_EFFECTS", "Tool", "ToolError", "WriteFile", "call_deadline", "default_tools", "run_tool",
+    "tool_specs",
 ]
+
+TOOL_TYPES: tuple[type[Tool], ...] = (ReadFile, ListFiles, Grep, Outline, EditFile, WriteFile, RunTests, Bash, Finish)
+# Each tool's effect class, from the tool itself: the one place a call's effect is looked up by name.
+TOOL_EFFECTS: dict[str, Effect] = {tool.name: tool.effect for tool in TOOL_TYPES}
 
 
 def default_tools(*, test_command: str | None = None, bash_timeout: float = DEFAULT_BASH_TIMEOUT,

@@ -24,6 +24,7 @@ class Effect(enum.StrEnum):
     PURE = "pure"  # reads only: speculate freely, valid while the workspace version is unchanged
     SANDBOXED = "sandboxed"  # may write: speculate only inside an overlay, side effects discarded
     MUTATING = "mutating"  # edits and arbitrary shell: authoritative only, bumps the version
+    UNKNOWN = "unknown"  # a call of a tool Tao does not have (a typo, another agent's): never speculated
 
 
 @dataclass(frozen=True)

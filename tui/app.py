@@ -37,6 +37,7 @@ from harness.interactive import (LiveSession, describe_engine, engine_status, ki
 from harness.launch import SessionOptions
 from harness.saved import PICK, SavedSession, repository_sessions
 from harness.state import state_dir
+from harness.vocabulary import Status
 from tui.commands import Commands, is_command
 from tui.engine_log import EngineLog, log_path, screen_driver, stderr_to_log
 from tui.screens.approve import GUARD_SECONDS, ApprovalScreen
@@ -400,7 +401,7 @@ class TaoApp(App[int]):
             self.stop_loading()
         if self.opening_task and self.resume is None and self.worker is None:  # typed, never started: kept
             self.failed_trajectory = record_failed_start(self.options, self.opening_task, "the user quit while the "
-                                                         "engine was loading", status="interrupted")
+                                                         "engine was loading", status=Status.INTERRUPTED)
         engine, self.engine = self.engine, None
         if engine is not None:
             try:

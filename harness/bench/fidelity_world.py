@@ -193,7 +193,7 @@ async def run_world(case: Case, places: Places, speculating: bool, keep: Path | 
     if any(isinstance(e, SpecToggle) and not e.enabled for e in events):  # the session's safety net caught it
         world.spec_errors.append("speculation failed and the session turned it off: " + "; ".join(warnings.lines))
     world.warnings = warnings.lines
-    world.served = {e.call_id: "repeat" if e.spec_id == "repeat" else "sliced" if e.sliced else "promoted"
+    world.served = {e.call_id: "repeat" if e.repeat else "sliced" if e.sliced else "promoted"
                     for e in events if isinstance(e, SpecPromote)}
     world.tree = snapshot(places)
     if keep is not None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from harness.bench import dump
 from harness.bench.report import Report, Table
-from harness.calls.action import MUTATING, SLOW_KINDS, UNKNOWN, Action
+from harness.calls.action import SLOW_KINDS, Action
 from harness.cli_traces import existing
 from harness.events import ToolResult
 from harness.speculation.prediction.latency import modelled_latency
@@ -32,6 +32,7 @@ from harness.speculation.prediction.patterns import ONLINE_RATE, Analyzer, Candi
 from harness.speculation.prediction.rehearsal import PREFIX_CHARS, Decision, replay
 from harness.speculation.prediction.training import learn
 from harness.traces import Imported, ImportReport, load_sessions
+from tools.base import Effect
 
 MOMENTS = ("a", "b", "c")
 
@@ -77,7 +78,7 @@ def split(train_dir: Path, test_dir: Path, holdout: float,
 def covered(action: Action, top: list[Candidate], derive: bool = True) -> bool:
     """Whether the call's result is available from the speculated candidates: the same call, or (with
     `derive`) a range view of, or a grep in, a single file whose whole read was speculated."""
-    runnable = [c for c in top if c.effect not in (MUTATING, UNKNOWN)]
+    runnable = [c for c in top if c.effect not in (Effect.MUTATING, Effect.UNKNOWN)]
     if any(c.key == action.key for c in runnable):
         return True
     if derive and action.path and (action.kind == "view" or (action.tool == "grep" and "." in action.path)):

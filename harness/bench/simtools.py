@@ -30,6 +30,7 @@ from harness.launch import SessionOptions, open_session
 from harness.session import SessionConfig
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.latency import modelled_latency
+from harness.vocabulary import Status
 from sandbox import Workspace
 from tools import default_tools
 from tools.base import Effect, Observation, Tool
@@ -119,7 +120,7 @@ async def record_book(session: recorded.LiveSession, cache: Path) -> Book:
         end = await loop.run()
     finally:
         workspace.close()
-    if end.status != "finished":  # never cache a book of a run that went wrong: every later run would replay it
+    if end.status != Status.FINISHED:  # never cache a book of a run that went wrong: every later run would replay it
         raise TaoError(f"recording the tools' answers for {session.name} failed: the session ended "
                          f"{end.status} ({end.reason}) after {end.steps} steps; nothing was cached. Check that "
                          f"`tao bench live --only {session.name}` runs, then try again.")

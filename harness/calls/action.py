@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from tools import TOOL_EFFECTS, Effect
+
 # Kinds: what an action does, coarser than its key. SLOW_KINDS are the ones worth speculating early.
 READ, VIEW, SEARCH, LIST, OUTLINE = "read", "view", "search", "list", "outline"
 TEST, SCRIPT, WRITE_RUN = "test", "script", "write_run"
@@ -17,10 +19,8 @@ KINDS = (READ, VIEW, SEARCH, LIST, OUTLINE, TEST, SCRIPT, WRITE_RUN, WRITE, EDIT
          SHELL, FINISH, OTHER)
 SLOW_KINDS = frozenset({TEST, SCRIPT})  # runs worth speculating; write_run also writes, so it is a write
 
-PURE, SANDBOXED, MUTATING, UNKNOWN = "pure", "sandboxed", "mutating", "unknown"
-TOOL_EFFECTS = {"read_file": PURE, "grep": PURE, "list_files": PURE, "outline": PURE,
-                "run_tests": SANDBOXED, "edit_file": MUTATING, "write_file": MUTATING, "bash": MUTATING,
-                "finish": PURE}
+# The kind of each Tao tool's calls, where its name does not say it (read_file and bash calls get theirs from
+# their arguments); a tool's effect is its own (tools.TOOL_EFFECTS). Adding a tool: the tool, and a row here.
 TOOL_KINDS = {"grep": SEARCH, "list_files": LIST, "outline": OUTLINE, "run_tests": TEST,
                "edit_file": EDIT, "write_file": WRITE, "finish": FINISH}
 
@@ -32,7 +32,7 @@ class Action:
     tool: str
     args: dict[str, Any]
     kind: str
-    effect: str
+    effect: Effect
     key: str
 
     def __eq__(self, other: object) -> bool:
@@ -48,11 +48,11 @@ class Action:
         return value if isinstance(value, str) else None
 
 
-def make(tool: str, args: dict[str, Any], kind: str, effect: str | None = None) -> Action:
+def make(tool: str, args: dict[str, Any], kind: str, effect: Effect | None = None) -> Action:
     """An action from already-normalised arguments (None values dropped)."""
     clean = {k: v for k, v in args.items() if v is not None}
     key = tool if tool == "finish" else f"{tool} {json.dumps(clean, sort_keys=True, ensure_ascii=False)}"
-    return Action(tool, clean, kind, effect or TOOL_EFFECTS.get(tool, UNKNOWN), key)
+    return Action(tool, clean, kind, effect or TOOL_EFFECTS.get(tool, Effect.UNKNOWN), key)
 
 
 @lru_cache(maxsize=8192)
@@ -100,4 +100,4 @@ def to_int(value: Any) -> int | None:
 
 def changes_workspace(action: Action) -> bool:
     """Whether running the action may change files: mutating calls and scripts (which may write)."""
-    return action.effect in (MUTATING, UNKNOWN) or action.kind in (SCRIPT, WRITE_RUN)
+    return action.effect in (Effect.MUTATING, Effect.UNKNOWN) or action.kind in (SCRIPT, WRITE_RUN)

@@ -15,10 +15,11 @@ from functools import lru_cache
 from typing import Any
 
 from harness.calls import shellwords
-from harness.calls.action import (EDIT, FINISH, GIT, INSTALL, LIST, MUTATING, OTHER, READ, SANDBOXED,
-                                        SCRIPT, SEARCH, SHELL, TEST, UNKNOWN, VIEW, WRITE, WRITE_RUN, CLEANUP,
+from harness.calls.action import (EDIT, FINISH, GIT, INSTALL, LIST, OTHER, READ,
+                                        SCRIPT, SEARCH, SHELL, TEST, VIEW, WRITE, WRITE_RUN, CLEANUP,
                                         TOOL_KINDS, Action, make, norm_path, read_action, to_int)
 from harness.calls.shellmap import command_kind, map_pipeline, map_simple, readonly
+from tools import TOOL_EFFECTS, Effect
 
 __all__ = ["Action", "canonical", "canonical_bash", "make", "norm_path", "normalize_command", "read_action"]
 
@@ -38,13 +39,6 @@ def canonical(name: str, arguments: dict[str, Any], root: str = "") -> Action:
         path = norm_path(args.get("path"), root) or None
         return make("grep", {"pattern": str(args.get("pattern", "")), "path": path,
                              "glob": args.get("glob") or None}, SEARCH)
-    if name in ("list_files", "outline", "edit_file", "write_file"):
-        clean = dict(args)
-        if "path" in clean or name != "list_files":
-            clean["path"] = norm_path(clean.get("path"), root) or None
-        if name == "list_files" and clean.get("depth") is not None:
-            clean["depth"] = to_int(clean["depth"])
-        return make(name, clean, TOOL_KINDS[name])
     if name == "run_tests":
         command = args.get("command")
         if isinstance(command, str) or not command:
@@ -52,7 +46,13 @@ def canonical(name: str, arguments: dict[str, Any], root: str = "") -> Action:
         return make("run_tests", {"command": command}, TEST)  # a command of another type keeps its own key
     if name == "finish":
         return make("finish", {}, FINISH)
-    return make(name, {k: v for k, v in sorted(args.items())}, foreign_kind(name), UNKNOWN)
+    if name in TOOL_EFFECTS:  # list_files, outline, edit_file, write_file, and any tool added since
+        clean = dict(args)
+        clean["path"] = norm_path(clean.get("path"), root) or None  # no path: dropped (None) by make
+        if name == "list_files" and clean.get("depth") is not None:
+            clean["depth"] = to_int(clean["depth"])
+        return make(name, clean, TOOL_KINDS.get(name) or foreign_kind(name))
+    return make(name, {k: v for k, v in sorted(args.items())}, foreign_kind(name), Effect.UNKNOWN)
 
 
 # Words in the names of other agents' tools, and the kind of call they make (SWE-agent's `edit`, `goto`,
@@ -82,17 +82,18 @@ def canonical_bash(command: str, root: str = "") -> Action:
     try:
         commands = shellwords.parse(command)
     except shellwords.ShellSyntax:
-        return make("bash", {"command": " ".join(command.split())}, _guess_kind(command), MUTATING)
+        return make("bash", {"command": " ".join(command.split())}, _guess_kind(command), Effect.MUTATING)
     commands = _drop_root_cd(commands, root)
     if not commands:
-        return make("bash", {"command": ""}, SHELL, SANDBOXED)
+        return make("bash", {"command": ""}, SHELL, Effect.SANDBOXED)
     structured = _structured(commands, root)
     if structured is not None:
         return structured
     kinds = _kinds(commands)
     kind = WRITE_RUN if WRITE in kinds and (TEST in kinds or SCRIPT in kinds) else next(
         (k for k in _PRIORITY if k in kinds), SHELL)
-    effect = SANDBOXED if all(readonly(c) or command_kind(c) in (TEST, SCRIPT) for c in commands) else MUTATING
+    effect = (Effect.SANDBOXED if all(readonly(c) or command_kind(c) in (TEST, SCRIPT) for c in commands)
+              else Effect.MUTATING)
     return make("bash", {"command": shellwords.render(commands)}, kind, effect)
 
 

@@ -41,6 +41,7 @@ from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT, evaluate, run_report
 from harness.swebench.instances import Instance
 from harness.swebench.progress import BatchProgress
 from harness.swebench.worktrees import SetupError, add_worktree, find_clone, remove_worktree
+from harness.vocabulary import Status
 from sandbox import Workspace
 from tools import DEFAULT_TEST_TIMEOUT, default_tools
 
@@ -266,7 +267,7 @@ class Batch:
                 "output_tokens": end.output_tokens, "speculation": spec, "model_patch": end.submission}
 
     def failed(self, instance: Instance, stage: str, reason: str) -> dict[str, Any]:
-        return {"instance_id": instance.instance_id, "stage": stage, "status": "error", "reason": reason,
+        return {"instance_id": instance.instance_id, "stage": stage, "status": Status.ERROR, "reason": reason,
                 "summary": "", "steps": 0, "seconds": 0.0, "output_tokens": 0, "speculation": {}, "model_patch": ""}
 
     async def grade(self, instance: Instance, tree: Path, result: dict[str, Any]) -> None:

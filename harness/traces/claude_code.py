@@ -24,6 +24,7 @@ from typing import Any
 
 from harness import jsonl
 from harness.traces.common import Imported, ImportReport, SessionBuilder, read_lines, string
+from harness.vocabulary import Status
 
 FORMAT = "claude-code"
 # Claude Code's file and shell tools, by the Tao names they are imported as (it has no run_tests).
@@ -209,7 +210,7 @@ def _session(session_id: str, records: list[tuple[int, dict[str, Any]]], path: P
     builder = SessionBuilder(session_id, task, cwd, FORMAT, tools=CLAUDE_CODE_TOOLS)
     for turn in real:
         _emit(builder, turn, results, f"{path}", report)
-    return Imported(session_id, str(path), FORMAT, builder.end("finished", "transcript ended").events)
+    return Imported(session_id, str(path), FORMAT, builder.end(Status.FINISHED, "transcript ended").events)
 
 
 def _add_assistant(turn: _Turn, items: list[Any], t: float | None) -> None:

@@ -10,10 +10,11 @@ from typing import Any
 from harness import jsonl
 from harness.events import (Event, FormatError, LLMEnd, LLMFirstToken, LLMStart, SessionEnd, SessionStart, ToolCall,
                             ToolResult)
-from harness.calls.action import TOOL_EFFECTS, changes_workspace
+from harness.calls.action import changes_workspace
 from harness.calls.canonical import canonical
+from tools import TOOL_EFFECTS, Effect
 
-TAO_TOOLS = ["bash", "edit_file", "finish", "grep", "list_files", "outline", "read_file", "run_tests", "write_file"]
+TAO_TOOLS = sorted(TOOL_EFFECTS)
 
 
 @dataclass
@@ -148,7 +149,7 @@ class SessionBuilder:
         """A tool call of the current step; returns its call id."""
         self.calls += 1
         call_id = call_id or f"call_{self.step}_{self.calls}"
-        event = ToolCall(self.t, self.step, call_id, name, arguments, TOOL_EFFECTS.get(name, "unknown"))
+        event = ToolCall(self.t, self.step, call_id, name, arguments, TOOL_EFFECTS.get(name, Effect.UNKNOWN).value)
         self.events.append(event)
         self._open[call_id] = event
         return call_id

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.traces.common import Imported, ImportReport, SessionBuilder, obj, objects, read_object, seconds, string
+from harness.vocabulary import Status
 
 FORMAT = "mini-swe-agent"
 _ACTION = re.compile(r"```bash\s*\n(.*?)\n```", re.DOTALL)
@@ -52,7 +53,7 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
         submitted = _replay_actions(messages, builder, f"{path}", report)
     else:
         submitted = _replay(messages, builder, _first_created(messages), f"{path}", report)
-    status = "finished" if submitted is not None else "limit"
+    status = Status.FINISHED if submitted is not None else Status.LIMIT
     reason = str(info.get("exit_status") or "")
     session = builder.end(status, reason, "", str(info.get("submission") or submitted or ""))
     return [Imported(session_id, str(path), FORMAT, session.events)]

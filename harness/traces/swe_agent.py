@@ -17,6 +17,7 @@ from typing import Any
 
 from harness import jsonl
 from harness.traces.common import Imported, ImportReport, SessionBuilder, obj, objects, read_object, seconds, string
+from harness.vocabulary import Status
 
 FORMAT = "swe-agent"
 _FILE_HEADER = re.compile(r"\[File: (.+?) \(([0-9]{1,18}) lines total\)\]")
@@ -60,7 +61,7 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
             finished = True
             break
         builder.result(call_id, str(step.get("observation") or ""), None, False, _seconds(step.get("execution_time")))
-    status = "finished" if finished else "limit"
+    status = Status.FINISHED if finished else Status.LIMIT
     return [Imported(session_id, str(path), FORMAT, builder.end(status, str(info.get("exit_status") or ""), "",
                                                                  str(info.get("submission") or "")).events)]
 

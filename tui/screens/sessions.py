@@ -13,8 +13,10 @@ from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from harness.saved import SavedSession
+from harness.vocabulary import Status
 
-ENDED_STYLE = {"finished": "green", "killed": "red", "error": "red", "limit": "yellow", "interrupted": "yellow"}
+ENDED_STYLE = {Status.FINISHED: "green", Status.KILLED: "red", Status.ERROR: "red", Status.LIMIT: "yellow",
+               Status.INTERRUPTED: "yellow"}
 
 
 def label(session: SavedSession) -> Text:

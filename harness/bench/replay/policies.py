@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 
 from harness.bench.replay.trace import CallInfo, Trace, hit, runnable
 from harness.bench.timeline import Launch, Miss, Plan
-from harness.calls.action import MUTATING, SANDBOXED, UNKNOWN, changes_workspace
+from harness.calls.action import changes_workspace
 from harness.speculation.prediction.patterns import Candidate
 from harness.speculation.prediction.prefix import agrees, first_value
 from harness.speculation.prediction.rehearsal import PREFIX_CHARS
 from harness.speculation.running.scheduler import Budget
+from tools.base import Effect
 
 POLICIES = ("baseline", "tao", "paste", "spork", "aospec", "oracle", "oracle_obs", "oracle_speculable")
 SINGLE = ("paste", "spork", "aospec")
@@ -88,7 +89,7 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
 
 
 def _known(info: CallInfo, seen: dict[str, int]) -> bool:
-    return info.action.effect not in (MUTATING, UNKNOWN) and seen.get(info.action.key) == info.version
+    return info.action.effect not in (Effect.MUTATING, Effect.UNKNOWN) and seen.get(info.action.key) == info.version
 
 
 def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budget: Budget,
@@ -98,7 +99,7 @@ def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budg
     if policy == "oracle_speculable":
         if _known(info, seen):
             return Launch("r"), []
-        may = info.action.effect not in (MUTATING, UNKNOWN) and info.call.name != "finish"
+        may = info.action.effect not in (Effect.MUTATING, Effect.UNKNOWN) and info.call.name != "finish"
         return (Launch("o") if may else Launch()), []
     spec = SPECS[policy]
     if spec.repeats and _known(info, seen):
@@ -134,7 +135,7 @@ def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: B
             running.append((moment, candidate))
             tally.launched += 1
             if served is None and hit(info, [candidate]):
-                sandboxed = candidate.effect == SANDBOXED
+                sandboxed = candidate.effect == Effect.SANDBOXED
                 delay = info.decision.seconds.get(moment, 0.0) + (OVERLAY_CREATE if sandboxed else PURE_LAUNCH)
                 served = Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
                 winner = candidate
@@ -151,14 +152,15 @@ def _may_be(candidate: Candidate, name: str, prefix: str, root: str) -> bool:
 
 def _fixed(candidate: Candidate) -> float:
     """CPU-seconds a wrong speculation costs however short it ran."""
-    return OVERLAY_CREATE + OVERLAY_DISCARD if candidate.effect == SANDBOXED else 0.0
+    return OVERLAY_CREATE + OVERLAY_DISCARD if candidate.effect == Effect.SANDBOXED else 0.0
 
 
 def _admit(candidate: Candidate, running: list[tuple[str, Candidate]], budget: Budget) -> bool:
     if (not runnable(candidate) or any(c.key == candidate.key for _, c in running)
             or len(running) >= budget.max_running):
         return False
-    return candidate.effect != SANDBOXED or sum(c.effect == SANDBOXED for _, c in running) < budget.max_sandboxed
+    return (candidate.effect != Effect.SANDBOXED
+            or sum(c.effect == Effect.SANDBOXED for _, c in running) < budget.max_sandboxed)
 
 
 def _warm(info: CallInfo, launch: Launch, policy: str, last: dict[str, str]) -> str:
@@ -166,6 +168,6 @@ def _warm(info: CallInfo, launch: Launch, policy: str, last: dict[str, str]) -> 
     mode = SPECS[policy].warm if policy in SPECS else ""
     if not mode or launch.at is not None or info.action.key not in last or info.call.name == "finish":
         return ""
-    if mode == "sandboxed" and info.action.effect != SANDBOXED:
+    if mode == "sandboxed" and info.action.effect != Effect.SANDBOXED:
         return ""
     return "warm" if last[info.action.key] == info.output else ""

@@ -16,11 +16,12 @@ from harness.bench.predict import covered
 from harness.bench.replay.tool_times import tool_seconds
 from harness.bench.timeline import Step
 from harness.events import Event, FormatError, LLMEnd, SessionStart, ToolCall, ToolResult
-from harness.calls.action import MUTATING, UNKNOWN, Action
+from harness.calls.action import Action
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.extract import reasoning_part
 from harness.speculation.prediction.patterns import Analyzer, Candidate
 from harness.speculation.prediction.rehearsal import PREFIX_CHARS, Decision, replay
+from tools.base import Effect
 
 CHARS_PER_TOKEN = 3.4
 INSTRUCTION_TOKENS = 2_000  # the agent's system prompt and instructions (mini-swe-agent's first prompt: ~2.7k tokens)
@@ -119,7 +120,7 @@ def decide(trace: Trace, analyzer: Analyzer, events: list[Event]) -> None:
 
 def runnable(candidate: Candidate) -> bool:
     """Whether the scheduler may start a candidate at all (effect class, not `finish`, worth it)."""
-    return (candidate.effect not in (MUTATING, UNKNOWN) and candidate.name != "finish"
+    return (candidate.effect not in (Effect.MUTATING, Effect.UNKNOWN) and candidate.name != "finish"
             and candidate.utility > 0.0 and candidate.probability >= 0.05)
 
 

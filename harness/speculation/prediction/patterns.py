@@ -2,9 +2,9 @@
 
     analyzer = Analyzer(PatternModel.load(path))
     analyzer.observe(event)                       # every event of the session, in order
-    analyzer.predict("a")                         # the previous observation has arrived
-    analyzer.predict("b", Partial(text=...))      # the model's reasoning has streamed
-    analyzer.predict("c", Partial(text=..., name="bash", args_prefix="pytest t"))  # the call has begun
+    analyzer.predict(Moment.A)                    # the previous observation has arrived
+    analyzer.predict(Moment.B, Partial(text=...)) # the model's reasoning has streamed
+    analyzer.predict(Moment.C, Partial(text=..., name="bash", args_prefix="pytest t"))  # the call has begun
 
 A candidate is a runnable Tao call (`name`, `arguments`) with its canonical `key` (equal to the key
 of the real call when the guess is right), effect class, probability, expected latency saved, cost,
@@ -24,7 +24,7 @@ from typing import Any
 
 from harness.events import Event, SessionStart, ToolCall, ToolResult
 from harness.speculation.prediction import dataflow, reasoning, testruns
-from harness.calls.action import KINDS, MUTATING, PURE, Action
+from harness.calls.action import KINDS, Action
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.controlflow import START, KindModel, contexts
 from harness.speculation.prediction.extract import ReasoningFacts
@@ -33,10 +33,12 @@ from harness.speculation.prediction.pattern_model import PatternModel, status
 from harness.speculation.prediction.prefix import consistent, completions
 from harness.speculation.prediction.ranker import Features, Ranker
 from harness.speculation.prediction.state import SessionState
+from harness.vocabulary import Moment
+from tools.base import Effect
 
-MOMENTS = ("a", "b", "c")
+MOMENTS = tuple(moment.value for moment in Moment)
 ONLINE_RATE = 0.01  # ranker step size for learning from the live session (offline training uses 0.1)
-_RUN_OVERHEAD = {PURE: 0.001, "sandboxed": 0.02}  # seconds of work to launch a speculation, by effect
+_RUN_OVERHEAD = {Effect.PURE: 0.001, Effect.SANDBOXED: 0.02}  # seconds of work to launch a speculation, by effect
 # Tool seconds wasted on a wrong guess, in seconds of latency: cheap, as they run off the critical path.
 COST_WEIGHT = 0.01
 # The ranker learns more from slow calls: each step's rate is scaled by (1 + the call's modelled seconds) ** this,
@@ -104,20 +106,21 @@ class Analyzer:
         if isinstance(event, ToolResult) and self.read_text is not None:
             self._refresh_text()
 
-    def predict(self, moment: str = "a", partial: Partial | None = None, k: int = 3,
+    def predict(self, moment: Moment | str = Moment.A, partial: Partial | None = None, k: int = 3,
                 order: str = "utility") -> list[Candidate]:
         """The top `k` candidates for the next call at `moment`, by utility (or by probability)."""
         if moment not in MOMENTS:
             raise ValueError(f"moment must be one of {MOMENTS}, not {moment!r}")
+        moment = Moment(moment)
         pool, kind_probs, k1, signal = self._base()
         partial = partial or Partial()
-        if moment != "a" and partial.text:
+        if moment is not Moment.A and partial.text:
             pool = self._with_reasoning(pool, partial.text)
         proposals = list(pool.items.values())
-        if moment == "c" and partial.name:
+        if moment is Moment.C and partial.name:
             proposals = [p for p in proposals if consistent(p, partial.name, partial.args_prefix, self.state.root)]
             proposals += completions(self.state, partial.name, partial.args_prefix, {p.action.key for p in proposals})
-        reasoned = moment != "a" and self._facts is not None and bool(partial.text)
+        reasoned = moment is not Moment.A and self._facts is not None and bool(partial.text)
         features = [self._cached_features(p, kind_probs, k1, signal, reasoned) for p in proposals]
         probs = self.ranker.probabilities(moment, features)
         self._pending[moment] = (proposals, features, probs)
@@ -275,7 +278,7 @@ def _named_in(command: str, text: str, tail: str) -> str | None:
 def _candidate(proposal: dataflow.Proposal, probability: float, derived: float = 0.0) -> Candidate:
     action = proposal.action
     saved = modelled_latency(action)
-    if action.effect in (MUTATING, "unknown"):
+    if action.effect in (Effect.MUTATING, Effect.UNKNOWN):
         cost, utility, derived = math.inf, probability - 1.0, 0.0  # never speculated; after every runnable one
     else:
         cost = _RUN_OVERHEAD.get(action.effect, 0.02) + (1.0 - probability) * saved

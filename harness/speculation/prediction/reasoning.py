@@ -13,11 +13,12 @@ from __future__ import annotations
 import posixpath
 import re
 
-from harness.calls.action import MUTATING, SCRIPT, TEST, grep_action, list_action, read_action
+from harness.calls.action import SCRIPT, TEST, grep_action, list_action, read_action
 from harness.calls.canonical import canonical_bash
 from harness.speculation.prediction.dataflow import Pool, around
 from harness.speculation.prediction.extract import ReasoningFacts
 from harness.speculation.prediction.state import SessionState
+from tools.base import Effect
 
 
 MAX_SYMBOLS, MAX_PLACES = 3, 5  # quoted names searched for, and where: the candidates grow as their product
@@ -51,7 +52,7 @@ def propose(state: SessionState, pool: Pool, facts: ReasoningFacts, anchors: lis
                 around(state, pool, target, start, anchors, "reasoning_line", {"mr_line": 1.0, **feats})
     for command in facts.commands:
         action = canonical_bash(command, state.root)
-        if action.kind in (SCRIPT, TEST) or action.effect != MUTATING:
+        if action.kind in (SCRIPT, TEST) or action.effect is not Effect.MUTATING:
             pool.add(action, "reasoning_command", {"mr_cmd": 1.0}, ("bash", {"command": command}))
     for script in facts.scripts:  # best a script of the session, or one seen in the workspace
         path = state.resolve(script)

@@ -19,6 +19,7 @@ from harness.calls.canonical import canonical
 from harness.speculation.prediction.extract import reasoning_part
 from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
 from harness.speculation.prediction.prefix import first_value
+from harness.vocabulary import Moment
 
 PREFIX_CHARS = 8
 
@@ -70,8 +71,8 @@ def _decide(analyzer: Analyzer, call: ToolCall, action: Action, text: str, k: in
     command = call.arguments.get("command") if isinstance(call.arguments.get("command"), str) else None
     reasoning = reasoning_part(text, command)
     decision = Decision(0, call, action)
-    partials = {"a": None, "b": Partial(reasoning),
-                "c": Partial(reasoning, call.name, first_value(call.arguments)[:prefix_chars])}
+    partials = {Moment.A: None, Moment.B: Partial(reasoning),
+                Moment.C: Partial(reasoning, call.name, first_value(call.arguments)[:prefix_chars])}
     for moment, partial in partials.items():
         started = time.perf_counter()
         decision.predictions[moment] = analyzer.predict(moment, partial, k, order="probability")

@@ -1,6 +1,6 @@
 """The Tool Speculation Scheduler: run predicted calls ahead of the model, promote exact matches.
 
-    scheduler.launch("a")            # at each moment of a step: start the candidates worth it
+    scheduler.launch(Moment.A)       # at each moment of a step: start the candidates worth it
     obs = await scheduler.take(call)  # the model's real call: a promoted result, or None to run it
     await scheduler.close()           # end of session: everything still running is killed
 
@@ -20,7 +20,6 @@ discarded at once. The scheduler decides and keeps books; the tools themselves d
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import os
 import time
@@ -33,6 +32,7 @@ from harness.protocol import ParsedCall
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
 from harness.speculation.running.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
+from harness.vocabulary import DiscardReason, Moment, SpecState
 from sandbox import Workspace
 from sandbox.overlay import Overlay
 from sandbox.promote import PromotionRefused, apply_changes
@@ -42,21 +42,10 @@ from tools.reading import ReadFile
 from tools.textfile import TextFile
 
 _log = logging.getLogger(__name__)
-FAILED = "its run failed or went stale"
-OTHER = "not the model's call"
 
 
 class Unconfined(RuntimeError):
     """The sandbox cannot keep a speculative run off the real system on this machine."""
-
-
-class SpecState(enum.IntEnum):
-    """A speculation's lifecycle, in order; `>= PROMOTED` means it is over."""
-
-    RUNNING = 0
-    READY = 1
-    PROMOTED = 2
-    DISCARDED = 3
 
 
 @dataclass(frozen=True)
@@ -199,7 +188,7 @@ class SpeculationScheduler:
 
     # -- launching -----------------------------------------------------------------------------------
 
-    def launch(self, moment: str, step: int, partial: Partial | None = None) -> list[Speculation]:
+    def launch(self, moment: Moment, step: int, partial: Partial | None = None) -> list[Speculation]:
         """Start the candidates worth it at this moment of `step`; returns the ones started."""
         self.step = step
         version = self.workspace.refresh()
@@ -246,7 +235,7 @@ class SpeculationScheduler:
         seen = self._seen.get(exact)
         return seen[1] if seen is not None and seen[0] == version else None
 
-    def _start(self, candidate: Candidate, moment: str, version: int) -> Speculation:
+    def _start(self, candidate: Candidate, moment: Moment, version: int) -> Speculation:
         """Start one candidate's run and say so."""
         self._count += 1
         spec = Speculation(f"s{self._count}", candidate, candidate.key,
@@ -298,7 +287,7 @@ class SpeculationScheduler:
         except Exception as exc:  # noqa: BLE001 - a speculation is only ever a shortcut
             _log.warning("speculation could not match %s: %s: %s; the call runs for real", call.call_id,
                          type(exc).__name__, exc, exc_info=exc)  # a bug in Tao, shown, never the model's problem
-            self.discard_all(f"the call could not be matched ({type(exc).__name__}: {exc})"[:300])
+            self.discard_all(DiscardReason.UNMATCHED, detail=f"{type(exc).__name__}: {exc}")
             return None
 
     async def _take(self, call: ParsedCall, arrived: float) -> Observation | None:
@@ -310,33 +299,35 @@ class SpeculationScheduler:
         if tool is None or args is None:
             # An unknown tool or arguments its schema refuses: the real run gives the tool's own error. A bash
             # command that amounts to a structured call (`cat f`) never reaches here: bash is never speculated.
-            self.discard_all(OTHER)
+            self.discard_all(DiscardReason.NOT_CALLED)
             return None
         exact = exact_call(call.name, args)
         if tool.effect is Effect.PURE and (repeat := self._repeat(exact, version)) is not None:
-            self.discard_all(OTHER)
+            self.discard_all(DiscardReason.NOT_CALLED)
             self._totals["repeats"] += 1
-            self.emit(SpecPromote(self.now(), self.step, "repeat", call.call_id, 0.0, 0.0))
+            self.emit(SpecPromote.of_repeat(self.now(), self.step, call.call_id))
             return repeat
         spec = next((s for s in self.specs.values() if s.exact == exact), None)
-        observation, reason, sliced = None, FAILED, False
+        details: dict[str, object] = {}
+        observation, reason, sliced = None, DiscardReason.FAILED, False
         if spec is not None:
-            observation, reason = await self._result(spec, version)
+            observation, reason, details = await self._result(spec, version)
         else:
             spec, observation = await self._slice(call.name, args, version)
             sliced = observation is not None
         for other in list(self.specs.values()):
             if other is not spec:
-                self._discard(other, OTHER)
+                self._discard(other, DiscardReason.NOT_CALLED)
             elif observation is None:
-                self._discard(other, reason, tainted=reason.startswith("tainted: "))
+                self._discard(other, reason, **details)
         if spec is not None and observation is not None:
             self._promote(spec, call, arrived, sliced)
         return observation
 
-    async def _result(self, spec: Speculation, version: int) -> tuple[Observation | None, str]:
+    async def _result(self, spec: Speculation,
+                      version: int) -> tuple[Observation | None, DiscardReason, dict[str, object]]:
         """A speculation's observation if it completed cleanly, untainted, with the tree still at its version;
-        else None and the reason it is not used."""
+        else None and the reason it is not used, with its details."""
         assert spec.task is not None
         # The real call now waits on it: it is authoritative work from here on. Boosted again while it
         # runs, since a process still setting up applies its nice after a first boost.
@@ -346,23 +337,23 @@ class SpeculationScheduler:
         try:
             observation = await asyncio.shield(spec.task)
         except Exception:  # noqa: BLE001 - a failed speculation is simply not used
-            return None, FAILED
+            return None, DiscardReason.FAILED, {}
         if observation.data.get("timed_out") or (spec.overlay is None and observation.is_error):
             # A limit a real run may not meet (a tool's timeout, under the load of speculation); and an error
             # of a pure tool is quick to get for real, which leaves no doubt.
-            return None, "its run ended in an error or a timeout; the real call runs for itself"
+            return None, DiscardReason.ERROR_OR_TIMEOUT, {}
         if spec.overlay is None:
-            return (observation, "") if self.workspace.refresh() == version else (None, FAILED)
+            return (observation if self.workspace.refresh() == version else None), DiscardReason.FAILED, {}
         taints, changes = await asyncio.to_thread(vet, spec.overlay)
         if taints:
-            return None, ("tainted: " + "; ".join(taints))[:500]
+            return None, DiscardReason.TAINTED, {"detail": "; ".join(taints)}
         if self.workspace.refresh() != version:
-            return None, FAILED
+            return None, DiscardReason.FAILED, {}
         try:
             await asyncio.to_thread(apply_changes, self.workspace.root, changes)
         except PromotionRefused as exc:  # raised before anything is written
-            return None, f"its changes cannot be promoted: {exc}"[:300]
-        return observation, ""
+            return None, DiscardReason.UNPROMOTABLE, {"detail": exc}
+        return observation, DiscardReason.FAILED, {}
 
     async def _slice(self, name: str, args: dict[str, Any],
                      version: int) -> tuple[Speculation | None, Observation | None]:
@@ -401,25 +392,26 @@ class SpeculationScheduler:
         self._seen = {exact: seen for exact, seen in self._seen.items() if seen[0] == version}
         for spec in list(self.specs.values()):
             if spec.version != version:
-                self._discard(spec, f"the workspace changed (version {spec.version} -> {version})")
+                self._discard(spec, DiscardReason.STALE, was=spec.version, now=version)
 
     def narrow(self, name: str) -> None:
         """The model has begun a call to `name`: a speculation of another tool cannot be it, so free its place."""
         for spec in list(self.specs.values()):
             if spec.candidate.name != name:
-                self._discard(spec, f"the model is calling {name}")
+                self._discard(spec, DiscardReason.OTHER_TOOL, name=name)
 
-    def discard_all(self, reason: str) -> None:
+    def discard_all(self, reason: DiscardReason, **details: object) -> None:
         """Throw away every live speculation (the workspace is about to change, or the session ends)."""
         for spec in list(self.specs.values()):
-            self._discard(spec, reason)
+            self._discard(spec, reason, **details)
 
-    def _discard(self, spec: Speculation, reason: str, tainted: bool = False) -> None:
-        """Throw one speculation away and say why; `tainted`: its run may have seen another world."""
+    def _discard(self, spec: Speculation, reason: DiscardReason, **details: object) -> None:
+        """Throw one speculation away and say why (`details` fill in the reason's text)."""
         if spec.state >= SpecState.PROMOTED:
             return
         cost = _cost(spec)  # read before the kill
-        spec.state = SpecState.DISCARDED
+        tainted = reason is DiscardReason.TAINTED  # its run may have seen another world
+        spec.state = SpecState.TAINTED if tainted else SpecState.DISCARDED
         self.specs.pop(spec.key, None)
         if spec.task is not None and not spec.task.done():
             spec.task.cancel()  # kills the whole process group of an overlay run at once
@@ -429,7 +421,7 @@ class SpeculationScheduler:
         self._totals["discarded"] += 1
         self._totals["tainted"] += int(tainted)
         self._totals["wasted"] += cost
-        self.emit(SpecDiscard(self.now(), self.step, spec.spec_id, reason, round(cost, 6), tainted))
+        self.emit(SpecDiscard(self.now(), self.step, spec.spec_id, reason.text(**details), round(cost, 6), tainted))
         self._reap(spec)
 
     def _judge(self, kind: str, stats: KindStats) -> None:
@@ -455,7 +447,7 @@ class SpeculationScheduler:
 
     async def close(self) -> None:
         """Kill what still runs, wait for every overlay to be removed, and report the totals."""
-        self.discard_all("the session ended")
+        self.discard_all(DiscardReason.SESSION_ENDED)
         if self._reapers:
             await asyncio.gather(*self._reapers, return_exceptions=True)
         totals: dict[str, Any] = dict(self._totals)

@@ -15,6 +15,7 @@ from harness.events import (Approval, Attached, ContextCleared, ContextCompact, 
                             LLMDelta, LLMEnd, SessionResume, SessionStart, ToolCall, ToolResult, TurnEnd, Undone,
                             UserMessage)
 from harness.log import counted
+from harness.vocabulary import Status
 from tui.widgets.conversation.render import call_summary, edit_diff, prose
 
 RESULT_LINES = 40  # lines of a result shown in the pane; the whole result is in the trajectory
@@ -127,8 +128,8 @@ class ConversationPane(VerticalScroll):
                          "before it (the trajectory keeps everything)")
             case TurnEnd():
                 label = event.summary or event.reason
-                self.add(Static(f"■ {event.status}: {label}", classes="end" + ("" if event.status == "finished"
-                                                                                  else " failed")))
+                failed = "" if event.status == Status.FINISHED else " failed"
+                self.add(Static(f"■ {event.status}: {label}", classes="end" + failed))
 
     def say(self, text: str, kind: str = "") -> None:
         """A line from Tao itself (a command's answer, an attachment), set apart from the model's words."""

@@ -7,8 +7,7 @@ from typing import Any
 
 from harness.events import (Event, SessionStart, SpecDiscard, SpecLaunch, SpecPromote, SpecReady, SpecSummary,
                             SpecToggle)
-
-STATES = ("running", "ready", "promoted", "discarded", "tainted")  # tainted: discarded, its world differed
+from harness.vocabulary import SpecState
 
 
 @dataclass
@@ -21,14 +20,14 @@ class Entry:
     arguments: dict[str, Any]
     reason: str
     moment: str
-    state: str = "running"
+    state: SpecState = SpecState.RUNNING
     seconds: float = 0.0  # saved when promoted, CPU wasted when discarded
     why: str = ""  # the discard reason
 
     @property
     def over(self) -> bool:
         """Discarded, tainted or not."""
-        return self.state in ("discarded", "tainted")
+        return self.state >= SpecState.DISCARDED
 
 
 @dataclass
@@ -71,19 +70,19 @@ class Book:
                 self.tools.setdefault(event.name, Tally()).launched += 1
                 self.launched += 1
                 return started
-            case SpecReady() if (entry := self.entries.get(event.spec_id)) and entry.state == "running":
-                entry.state = "ready"
+            case SpecReady() if (entry := self.entries.get(event.spec_id)) and entry.state is SpecState.RUNNING:
+                entry.state = SpecState.READY
                 return entry
-            case SpecPromote() if event.spec_id == "repeat":
+            case SpecPromote() if event.repeat:
                 self.repeats += 1
             case SpecPromote() if (entry := self.entries.get(event.spec_id)):
-                entry.state, entry.seconds = "promoted", event.saved
+                entry.state, entry.seconds = SpecState.PROMOTED, event.saved
                 self.tools.setdefault(entry.name, Tally()).promoted += 1
                 self.promoted += 1
                 self.saved += event.saved
                 return entry
             case SpecDiscard() if (entry := self.entries.get(event.spec_id)):
-                entry.state = "tainted" if event.tainted else "discarded"
+                entry.state = SpecState.TAINTED if event.tainted else SpecState.DISCARDED
                 entry.seconds, entry.why = event.cost, event.reason
                 self.discarded += 1
                 self.tainted += int(event.tainted)

@@ -8,23 +8,23 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Static
 
 from harness.events import Event
+from harness.vocabulary import DiscardReason, SpecState
 from tui.widgets.conversation.render import call_summary
 from tui.widgets.speculation.book import Book, Entry
 
-MARKS = {"running": ("● running", "yellow"), "ready": ("◆ ready", "cyan"),
-         "promoted": ("✔ promoted", "bold green"), "discarded": ("✘ discarded", "red"),
-         "tainted": ("⚠ tainted", "bold magenta")}
+MARKS = {SpecState.RUNNING: ("●", "yellow"), SpecState.READY: ("◆", "cyan"), SpecState.PROMOTED: ("✔", "bold green"),
+         SpecState.DISCARDED: ("✘", "red"), SpecState.TAINTED: ("⚠", "bold magenta")}
 
 
 def state_cell(entry: Entry) -> Text:
     """The state column: a mark and a colour that tell promoted from discarded at a glance."""
-    label, style = MARKS[entry.state]
-    return Text(label, style=style)
+    mark, style = MARKS[entry.state]
+    return Text(f"{mark} {entry.state.text}", style=style)
 
 
 def seconds_cell(entry: Entry, masked: bool = False) -> Text:
     """Time saved (green) for a promoted speculation, CPU time wasted (red) for a discarded one."""
-    if entry.state == "promoted":
+    if entry.state is SpecState.PROMOTED:
         return Text("saved" if masked else f"+{entry.seconds:.2f}s", style="green")
     if entry.over:
         return Text("wasted" if masked else f"-{entry.seconds:.2f}s", style="red dim")
@@ -33,8 +33,8 @@ def seconds_cell(entry: Entry, masked: bool = False) -> Text:
 
 def reason_cell(entry: Entry) -> Text:
     """Why it was launched; for a tainted run, why its result could not be trusted instead."""
-    if entry.state == "tainted":
-        return Text(entry.why.removeprefix("tainted: "), style="magenta")
+    if entry.state is SpecState.TAINTED:
+        return Text(DiscardReason.TAINTED.detail(entry.why), style="magenta")
     return Text.assemble((entry.reason, "italic"), (f" {entry.moment}", "dim"))
 
 
@@ -84,7 +84,7 @@ class SpeculationPane(Vertical):
             if entry.spec_id in table.rows:
                 table.update_cell(entry.spec_id, "state", state_cell(entry))
                 table.update_cell(entry.spec_id, "time", seconds_cell(entry, self.masked))
-                if entry.state == "tainted":
+                if entry.state is SpecState.TAINTED:
                     table.update_cell(entry.spec_id, "reason", reason_cell(entry))
             else:
                 table.add_row(state_cell(entry), call_summary(entry.name, entry.arguments, 22), reason_cell(entry),
