@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import statistics
 import sys
@@ -78,7 +79,7 @@ async def run_levels(levels: list[int], engine_kind: str, profile: Profile, work
     if shared is not None:
         profile = replace(profile, kv_tokens=kv_tokens(shared))
     pacing = runner.pacing_for(profile, workload)
-    out = []
+    out: list[dict[str, Any]] = []
     try:
         for index, level in enumerate(levels):
             row: dict[str, Any] = {"sessions": level, "modes": {}, "order": []}
@@ -156,12 +157,16 @@ def mode_summary(groups: list[dict[str, Any]], engine_stats: list[dict[str, Any]
     return summary
 
 
+def _ratio(modes: dict[str, Any], a: str, b: str, q: str) -> float | None:
+    """Mode a's statistic q over mode b's, to 4 places; None when either mode is missing or b's is zero."""
+    return round(modes[a][q] / modes[b][q], 4) if a in modes and b in modes and modes[b][q] else None
+
+
 def ratios(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per level: spec and cosched against fcfs, and cosched against spec, for the mean and the p99."""
     out = []
     for row in levels:
-        m = row["modes"]
-        r = lambda a, b, q: round(m[a][q] / m[b][q], 4) if a in m and b in m and m[b][q] else None  # noqa: E731
+        r = functools.partial(_ratio, row["modes"])
         out.append({"sessions": row["sessions"],
                     "spec_fcfs_mean": r("spec", "fcfs", "mean"), "spec_fcfs_p99": r("spec", "fcfs", "p99"),
                     "cosched_fcfs_mean": r("cosched", "fcfs", "mean"), "cosched_fcfs_p99": r("cosched", "fcfs", "p99"),

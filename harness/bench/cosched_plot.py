@@ -35,11 +35,11 @@ def plot(results: list[dict[str, Any]], out: Path) -> None:
     for ax in axes.flat[len(results):]:
         ax.set_visible(False)
     for ax, result in zip(axes.flat, results):
-        rows = sorted(result["levels"], key=lambda row: row["sessions"])
-        levels = [row["sessions"] for row in rows]
+        level_rows = sorted(result["levels"], key=lambda row: row["sessions"])
+        levels = [row["sessions"] for row in level_rows]
         for mode, colour in COLOURS.items():
             for stat, style in (("mean", "-"), ("p99", "--")):
-                points = [(row["sessions"], row["modes"][mode][stat]) for row in rows if mode in row["modes"]]
+                points = [(row["sessions"], row["modes"][mode][stat]) for row in level_rows if mode in row["modes"]]
                 if points:
                     ax.plot(*zip(*points), style, color=colour, marker="o", markersize=3,
                             label=f"{LABELS[mode]} ({stat})")

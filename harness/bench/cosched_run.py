@@ -117,7 +117,9 @@ def pacing_for(profile: Profile, workload: Workload) -> Pacing:
 
 
 def policy_for(mode: str, pacing: Pacing) -> Policy:
-    return pacing if mode == "cosched" else FCFS()
+    # Pacing is a frozen dataclass, so its name is read-only, and Policy declares a settable `name`: the
+    # protocol asks for more than CoScheduler uses (it only reads the name).
+    return pacing if mode == "cosched" else FCFS()  # type: ignore[return-value]
 
 
 async def run_group(engine: Engine, workload: Workload, members: list[int], mode: str, pacing: Pacing,

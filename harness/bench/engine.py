@@ -74,8 +74,8 @@ async def forced_costs(engine: Any) -> dict[str, Any]:
     for index, text in enumerate(texts):
         ways = ("tokens", "regex") if index % 2 == 0 else ("regex", "tokens")
         for way in ways:
-            request = LLMRequest(f"forced-{way}-{index}-{uuid.uuid4().hex[:6]}", [{"role": "user", "content": "Go on."}],
-                                 max_tokens=len(text) + 8, force=text)
+            request = LLMRequest(f"forced-{way}-{index}-{uuid.uuid4().hex[:6]}",
+                                 [{"role": "user", "content": "Go on."}], max_tokens=len(text) + 8, force=text)
             started, answer, usage = time.monotonic(), "", Usage()
             async for chunk in engine.stream(request, force_regex=way == "regex"):
                 answer, usage = answer + chunk.text, chunk.usage or usage
@@ -91,17 +91,20 @@ async def forced_costs(engine: Any) -> dict[str, Any]:
 async def bench(prompt_tokens: int, concurrency: list[int], decode_tokens: int, forced: bool = False) -> dict[str, Any]:
     """Start the embedded engine in-process and measure it; see the module docstring."""
     from harness.engine.factory import EngineOptions, start_local
+    from harness.engine.vllm_local import VLLMEngine
 
     info = machine()
     started = time.monotonic()
     engine = await start_local(EngineOptions(attach=False, constrained=False))
+    assert isinstance(engine, VLLMEngine)  # start_local runs vLLM in-process; its window and start time are read below
     start_s = time.monotonic() - started
     try:
         await run_one(engine, LLMRequest("warmup", [{"role": "user", "content": "Hello"}], max_tokens=4))
         prefix = long_prompt(engine, prompt_tokens)
         cold = await run_one(engine, LLMRequest("ttft-cold", prefix + [{"role": "user", "content": "Summarize."}],
                                                 max_tokens=1))
-        warm = await run_one(engine, LLMRequest("ttft-cached", prefix + [{"role": "user", "content": "List the functions."}],
+        warm = await run_one(engine, LLMRequest("ttft-cached",
+                                                prefix + [{"role": "user", "content": "List the functions."}],
                                                 max_tokens=1))
         decode = [await decode_rate(engine, c, decode_tokens) for c in concurrency]
         forcing = await forced_costs(engine) if forced else None

@@ -83,11 +83,11 @@ def near_miss(rng: random.Random, cid: str) -> Case:
         label, candidate, real = "spacing", json_call("run_tests", {"command": command}), \
             json_call("run_tests", {"command": spaced})
         return case(cid, "near-miss", label, tree, steps, candidate, real, rng)
-    label, candidate, real, name = rng.choice(menu)
+    label, candidate_args, real_args, name = rng.choice(menu)
     if label == "grep-path-int":
         tree.add("ws/7", "dir", mode=0o755)
         tree.add("ws/7/seven.py", "file", "def seven():\n    return 7\n")
-    return case(cid, "near-miss", label, tree, steps, json_call(name, candidate), json_call(name, real), rng)
+    return case(cid, "near-miss", label, tree, steps, json_call(name, candidate_args), json_call(name, real_args), rng)
 
 
 def nested(depth: int, leaf: Any = "a.py") -> Any:

@@ -207,7 +207,9 @@ def diff_trees(a: Snapshot, b: Snapshot, names: tuple[str, str] = ("on", "off"))
         if x == y:
             continue
         if x is None or y is None:
-            lines.append(f"{key}: only in {names[0] if y is None else names[1]} ({(x or y)[0]})")
+            only = x or y
+            assert only is not None  # x == y when both are missing, and that key was skipped above
+            lines.append(f"{key}: only in {names[0] if y is None else names[1]} ({only[0]})")
             continue
         fields = FIELDS.get(x[0], ("type", "mode", "uid", "gid", "rdev")) if x[0] == y[0] else ("type",)
         for name, u, v in zip(fields, x, y):

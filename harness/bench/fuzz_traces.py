@@ -20,6 +20,7 @@ folder imports exactly the sessions its files import one by one.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import random
 import signal
@@ -43,7 +44,7 @@ from harness.machine import machine
 from harness.speculation.prediction.pattern_model import PatternModel
 from harness.speculation.prediction.past import past_sessions
 from harness.speculation.prediction.training import adapt
-from harness.traces import FORMATS, ImportReport, load_sessions, trajectory_files, write_session
+from harness.traces import FORMATS, Imported, ImportReport, load_sessions, trajectory_files, write_session
 
 KINDS = ("directory", "fifo", "unreadable", "dangling-link", "link-loop")  # not a readable regular file
 HANG_SECONDS = 30.0  # one check taking this long is a hang (generous: the machine may be busy)
@@ -109,7 +110,7 @@ def guarded(tally: Tally, case: Case | None, where: str, keep: Path | None, chec
         signal.setitimer(signal.ITIMER_REAL, HANG_SECONDS)
     try:
         return check()
-    except (Exception, RecursionError) as exc:  # noqa: BLE001 - every escape is what this counts
+    except (Exception, RecursionError) as exc:  # every escape is what this counts
         frames = traceback.extract_tb(exc.__traceback__)
         at = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
         tally.crash(case, where, f"{type(exc).__name__}: {str(exc)[:300]}{at}", keep)
@@ -160,13 +161,18 @@ def materialize(case: Case, folder: Path) -> Path:
     return path
 
 
+def _load_all(path: Path, fmt: str | None, report: ImportReport) -> list[Imported]:
+    """Every session `fmt`'s reader finds in `path`, read in full (inside the guard that calls it)."""
+    return list(load_sessions(path, fmt, report))
+
+
 def check_file(tally: Tally, case: Case, path: Path, scratch: Path, keep: Path | None) -> int:
     """Every reader on one file; returns how many sessions it gave when its format is recognised."""
     found = 0
     for fmt in (None, *FORMATS):
         report = ImportReport()
         sessions = guarded(tally, case, f"import --from {fmt or 'auto'}", keep,
-                           lambda: list(load_sessions(path, fmt, report)))
+                           functools.partial(_load_all, path, fmt, report))
         if sessions is None:
             continue
         for error in report.errors:
@@ -178,7 +184,7 @@ def check_file(tally: Tally, case: Case, path: Path, scratch: Path, keep: Path |
                     and _expected_report(path):
                 tally.unreported += 1
         for session in sessions:
-            guarded(tally, case, f"use --from {fmt or 'auto'}", keep, lambda: use(session, scratch))
+            guarded(tally, case, f"use --from {fmt or 'auto'}", keep, functools.partial(use, session, scratch))
     if path.suffix == ".jsonl":
         guarded(tally, case, "read_trajectory", keep, lambda: _read_or_refuse(path))
     return found

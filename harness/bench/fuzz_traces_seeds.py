@@ -143,7 +143,8 @@ def _claude() -> list[dict[str, Any]]:
                         "timestamp": f"2026-01-01T10:00:{second:02d}.000Z",
                         "message": {"role": kind, "content": content}, **extra})
 
-    def use(i: int, name: str, tool_input: dict[str, Any], second: int, result: str, **extra: Any) -> None:
+    def use(i: int, name: str, tool_input: dict[str, Any], second: int, result: str | list[dict[str, str]],
+            **extra: Any) -> None:
         record("assistant", [{"type": "tool_use", "id": f"t{i}", "name": name, "input": tool_input}], second, **extra)
         record("user", [{"type": "tool_result", "tool_use_id": f"t{i}", "content": result}], second + 1, **extra)
 

@@ -6,9 +6,10 @@ speculation), `on` (Tao as a user who has run it before: `--model`, else the lea
 path, else the one Tao ships, adapted to the user's past sessions, here the other sessions' `off` runs
 of a first untimed pass), `cold` (the same without past sessions) and `oracle` (harness.bench.oracle:
 every call foreseen and started at moment (a) of its step, through the same scheduler). Repetitions
-interleave the modes, rotating their order, so that load drifts on a shared machine hit all of them. Reported per session and over the mix: mean and p99 session
-time and their ratios to `off`, Tao's saving as a share of the oracle's, hits, waste and the overhead
-per decision (harness.bench.overhead). JSON with `--json`, and a table.
+interleave the modes, rotating their order, so that load drifts on a shared machine hit all of them.
+Reported per session and over the mix: mean and p99 session time and their ratios to `off`, Tao's saving
+as a share of the oracle's, hits, waste and the overhead per decision (harness.bench.overhead). JSON with
+`--json`, and a table.
 
 `--engine embedded` runs the same sessions through the real in-process engine instead, to measure
 observation warming (AOSpec): harness.bench.live_embedded.
@@ -239,11 +240,12 @@ def call_gaps(runs: list[dict[str, Any]], top: int = 8) -> dict[str, Any]:
         for index, call in enumerate(run["calls"]):
             waits.setdefault((run["session"], index), {m: [] for m in MODES})[run["mode"]].append(call["duration"])
             labels[(run["session"], index)] = call["call"]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (session, index), by_mode in waits.items():
         means = {m: _mean(v) for m, v in by_mode.items() if v}
         rows.append({"session": session, "step": index + 1, "call": labels[(session, index)],
-                     **{f"{m}_s": round(v, 3) for m, v in means.items()}, "gap_s": round(means["on"] - means["oracle"], 3)})
+                     **{f"{m}_s": round(v, 3) for m, v in means.items()},
+                     "gap_s": round(means["on"] - means["oracle"], 3)})
     rows.sort(key=lambda row: -row["gap_s"])
     return {"gap_s": round(sum(row["gap_s"] for row in rows), 3), "largest": rows[:top]}
 
@@ -351,7 +353,8 @@ def mix_total(runs: list[dict[str, Any]], mix: dict[str, MixTimes], per_session:
         total.update({"cold_ratio_mean": _ratio(mix["cold"].mean, off.mean),
                       "cold_ratio_p99": _ratio(mix["cold"].p99, off.p99),
                       "cold_ratio_max": max(row["cold_ratio"] for row in per_session.values()),
-                      "cold_saving_s": round(cold_saving, 4), "cold_share_of_oracle": _share(cold_saving, oracle_saving),
+                      "cold_saving_s": round(cold_saving, 4),
+                      "cold_share_of_oracle": _share(cold_saving, oracle_saving),
                       "cold_spec": spec_means([r for r in runs if r["mode"] == "cold"])})
     return total
 
@@ -418,7 +421,8 @@ def run(session_dir: Path = recorded.SESSIONS_DIR, only: list[str] | None = None
     after = machine()
     result["config"] = {"tpot_ms": tpot_ms, "repeat": repeat, "model": model_note,
                         "past_sessions": "on: adapted to the other sessions' untimed off runs; cold: not adapted",
-                        "sessions": [recorded.describe(s) for s in selected], "seconds": round(time.perf_counter() - started, 1)}
+                        "sessions": [recorded.describe(s) for s in selected],
+                        "seconds": round(time.perf_counter() - started, 1)}
     load_before = before.pop("load")
     result["machine"] = {**before, "load_before": load_before, "load_after": after["load"]}
     result["runs"] = [{k: r[k] for k in ("session", "mode", "rep", "seconds", "status", "spec")} for r in runs]
@@ -449,13 +453,15 @@ def report(result: dict[str, Any]) -> Report:
     notes: list[str] = []
     over = result["overhead"]
     notes.append(f"tool wait (seconds the sessions waited on tools, summed over the sessions): off "
-                 f"{total['tool_wait_off']:.2f}, on {total['tool_wait_on']:.2f}, oracle {total['tool_wait_oracle']:.2f}")
+                 f"{total['tool_wait_off']:.2f}, on {total['tool_wait_on']:.2f}, "
+                 f"oracle {total['tool_wait_oracle']:.2f}")
     notes.append(f"saving: Tao {total['saving_s']:.2f} s, oracle {total['oracle_saving_s']:.2f} s over the mix "
                  f"(share {_pct(total['share_of_oracle'])}); worst session on/off {total['ratio_max']:.3f}, "
                  f"oracle {total['oracle_ratio_max']:.3f}")
     if "cold_ratio_mean" in total:
         cold = total["cold_spec"]
-        notes.append(f"cold (no past sessions): mean {total['mean_cold']:.2f} s, on/off {total['cold_ratio_mean']:.3f}, "
+        notes.append(f"cold (no past sessions): mean {total['mean_cold']:.2f} s, "
+                     f"on/off {total['cold_ratio_mean']:.3f}, "
                      f"p99 {total['cold_ratio_p99']:.3f}, worst session {total['cold_ratio_max']:.3f}, share "
                      f"{_pct(total['cold_share_of_oracle'])}, tool wait {total['tool_wait_cold']:.2f} s, promoted "
                      f"{cold['promoted']:.1f} of {cold['launched']:.1f} a run, wasted {cold['wasted']:.2f} s")
@@ -473,7 +479,8 @@ def report(result: dict[str, Any]) -> Report:
         notes.append(f"  {row['session']} step {row['step']}: {row['call'][:60]} off {row['off_s']:.2f} s, "
                      f"on {row['on_s']:.2f} s, oracle {row['oracle_s']:.2f} s")
     miss = result["unpromoted"]
-    notes.append(f"calls Tao never promoted ({miss['calls']}): tool wait off {miss['off_s']:.2f} s, on {miss['on_s']:.2f} s")
+    notes.append(f"calls Tao never promoted ({miss['calls']}): tool wait off {miss['off_s']:.2f} s, "
+                 f"on {miss['on_s']:.2f} s")
     slow = result["slowed_promotions"]["on"]
     notes.append(f"promoted while still running (on): {slow['promoted_while_running']}, slower than the same call off: "
                  f"{slow['slower_than_off']}")
@@ -497,15 +504,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="replay: the recorded turns at --tpot-ms, speculation off, on and oracle (default); "
                              "embedded: the real in-process engine, observation warming off and on "
                              "(harness.bench.live_embedded)")
-    parser.add_argument("--repeat", type=int, help="repetitions, modes interleaved (default 3; 1 with --engine embedded)")
+    parser.add_argument("--repeat", type=int,
+                        help="repetitions, modes interleaved (default 3; 1 with --engine embedded)")
     parser.add_argument("--tpot-ms", type=float, default=10.0, help="replay milliseconds per output token (default 10)")
     parser.add_argument("--model", type=Path, help="learned pattern model for the `on` runs (default "
                         f"{default_model_path()} if present, else the one Tao ships); `none`: rules only")
     parser.add_argument("--cache", type=Path, help=f"repositories and run copies (default {recorded.cache_dir()})")
     parser.add_argument("--provisional", action="store_true",
                         help="--engine embedded: a third mode, warming with the provisional next step")
-    parser.add_argument("--max-sandboxed", type=int, help="--engine embedded: test runs speculated at once (default: "
-                        "Tao's budget); 0 leaves every test run to the model, so repeated ones are warmed, not promoted")
+    parser.add_argument("--max-sandboxed", type=int,
+                        help="--engine embedded: test runs speculated at once (default: Tao's budget); "
+                        "0 leaves every test run to the model, so repeated ones are warmed, not promoted")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (table on stderr)")
 
 

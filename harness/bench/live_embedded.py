@@ -76,7 +76,8 @@ def after_tool_steps(events: list[Event]) -> list[dict[str, Any]]:
 
     The guess is derived as the session derives it (harness.session.warm_up and `LastRun.guess`, which
     the scheduler's `last_output` uses): a sandboxed call, not promoted, whose same call ran before (and
-    did not fail, if the tree changed since); `matched` when its output equals the last one. In warming runs, `settled` is what the spec_obs_settle event said.
+    did not fail, if the tree changed since); `matched` when its output equals the last one. In warming
+    runs, `settled` is what the spec_obs_settle event said.
     """
     root = next((e.repo for e in events if isinstance(e, SessionStart)), "")
     promoted = {e.call_id for e in events if isinstance(e, SpecPromote)}
@@ -175,8 +176,10 @@ def ratios(by_mode: dict[str, dict[str, Any]], mode: str, base: str = "nowarm") 
             "ttft_p50": _ratio(a["ttft"]["p50"], b["ttft"]["p50"]),
             "wait": _ratio(a["wait"]["mean"], b["wait"]["mean"]),
             "seconds": _ratio(a["seconds"]["mean"], b["seconds"]["mean"]),
-            **{f"ttft_{g}": _ratio(a["by_guess"][g]["ttft"]["mean"], b["by_guess"][g]["ttft"]["mean"]) for g in GUESSES},
-            **{f"wait_{g}": _ratio(a["by_guess"][g]["wait"]["mean"], b["by_guess"][g]["wait"]["mean"]) for g in GUESSES}}
+            **{f"ttft_{g}": _ratio(a["by_guess"][g]["ttft"]["mean"], b["by_guess"][g]["ttft"]["mean"])
+               for g in GUESSES},
+            **{f"wait_{g}": _ratio(a["by_guess"][g]["wait"]["mean"], b["by_guess"][g]["wait"]["mean"])
+               for g in GUESSES}}
 
 
 def guess_check(runs: list[dict[str, Any]]) -> dict[str, int]:
@@ -208,7 +211,8 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "trajectories_equal": sum(r["trace"] == reference[(r["session"], r["rep"])] for r in checked),
         "trajectories_checked": len(checked),
         "output_tokens_equal": sum(r["output_tokens"] == tokens[(r["session"], r["rep"])] for r in checked),
-        "not_finished": [f"{r['session']}/{r['mode']}/{r['rep']}: {r['status']}" for r in runs if r["status"] != "finished"],
+        "not_finished": [f"{r['session']}/{r['mode']}/{r['rep']}: {r['status']}"
+                         for r in runs if r["status"] != "finished"],
     }
 
 
@@ -364,5 +368,6 @@ def report(result: dict[str, Any]) -> Report:
                                                          if result["not_finished"] else ""))
     m = result["machine"]
     notes.append(f"machine: {m['cores']} cores, {m['cpu']}, Python {m['python']}, load {m['load_before']} -> "
-                 f"{m['load_after']}; engine start {config['engine']['start_s']:.0f} s, {config['seconds']:.0f} s in all")
+                 f"{m['load_after']}; engine start {config['engine']['start_s']:.0f} s, "
+                 f"{config['seconds']:.0f} s in all")
     return Report(result, [table], notes)

@@ -51,7 +51,8 @@ class Meter:
                 return await take(call)
             finally:
                 spent = time.perf_counter() - started
-                waited = sum(e.waited for e in events[seen:] if isinstance(e, SpecPromote) and e.call_id == call.call_id)
+                waited = sum(e.waited for e in events[seen:]
+                             if isinstance(e, SpecPromote) and e.call_id == call.call_id)
                 meter.take.append(max(0.0, spent - waited))
 
         scheduler.take = timed_take  # type: ignore[method-assign]

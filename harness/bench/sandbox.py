@@ -65,7 +65,8 @@ async def bench(sizes: list[int], backends: list[str], repeat: int) -> dict[str,
             for mode in ("inotify", "stat"):
                 watch_rows.append({"files": files, **refresh_cost(root, mode, repeat)})
             workspace.close()
-    return {"benchmark": "sandbox", "repeat": repeat, "machine": {**machine(), "euid": os.geteuid(), "loadavg_1m_at_start": load},
+    return {"benchmark": "sandbox", "repeat": repeat,
+            "machine": {**machine(), "euid": os.geteuid(), "loadavg_1m_at_start": load},
             "capabilities": caps.to_dict(),
             "results": rows, "refresh": watch_rows, "skipped": skipped}
 

@@ -134,7 +134,7 @@ class StreamGen:
         calls: list[tuple[str, dict[str, Any]]] = []
         labels: list[str] = []
         texts: list[str] = []
-        for index in range(self.rng.choice((0, 1, 1, 1, 2, 3))):
+        for _ in range(self.rng.choice((0, 1, 1, 1, 2, 3))):
             text = self.prose()
             texts.append(text)
             name, args = self.name(), self.arguments()

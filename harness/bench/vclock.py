@@ -15,12 +15,17 @@ from __future__ import annotations
 import asyncio
 import selectors
 import weakref
-from typing import Any
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any, TypeVar, TypeVarTuple
+
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
 
 REAL_WAIT = 0.05  # seconds of real time to wait at once for a thread or an outside wake-up
 
 
-class _Selector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class _Selector(selectors.DefaultSelector):
     """Never sleeps on a timer: advances the loop's clock instead."""
 
     def __init__(self) -> None:
@@ -54,7 +59,7 @@ class VirtualClockLoop(asyncio.SelectorEventLoop):
     def time(self) -> float:
         return self.now
 
-    def run_in_executor(self, executor: Any, func: Any, *args: Any) -> asyncio.Future[Any]:
+    def run_in_executor(self, executor: Executor | None, func: Callable[[*_Ts], _T], *args: *_Ts) -> asyncio.Future[_T]:
         future = super().run_in_executor(executor, func, *args)
         self.threads += 1
         future.add_done_callback(self._thread_done)

@@ -121,7 +121,8 @@ async def run_all(repeat: int, tool_s: float, progress: bool) -> tuple[list[dict
                     rows.append(row)
                     if progress:
                         print(f"  rep {rep + 1}/{repeat} {case:5} {mode:7} ttft {row['ttft'] or 0:6.2f} s, "
-                              f"cached {row['cached']}/{row['prompt']}, load {row['load']}", file=sys.stderr, flush=True)
+                              f"cached {row['cached']}/{row['prompt']}, load {row['load']}",
+                              file=sys.stderr, flush=True)
     finally:
         await engine.close()
     return rows, info

@@ -83,7 +83,9 @@ class Engine:
         b = len(running)
         context = statistics.fmean(s.context for s in running) if running else 0
         step = self.profile.step
-        g = step.seconds(b, b * context, 0, 0) / step.seconds(1, context, 0, 0) if b else 0.0
+        # StepModel.seconds is linear in its arguments and takes a mean context as well as a whole one; its int
+        # annotation is narrower than the function.
+        g = step.seconds(b, b * context, 0, 0) / step.seconds(1, context, 0, 0) if b else 0.0  # type: ignore[arg-type]
         return self.tpot * g + prefill_tokens / self.prefill_tps
 
     def resident(self, session: SimSession, sessions: list[SimSession]) -> bool:
