@@ -38,6 +38,7 @@ from harness.coscheduler import Pacing
 from harness.engine.sim import PROFILES, Profile, SimEngine
 from harness.errors import UsageError
 from harness.machine import machine
+from harness.vocabulary import Status
 
 SAME = 0.01  # "never worse": a ratio up to 1.01 counts as equal (schedules differ by chance in every mode)
 
@@ -150,7 +151,7 @@ def mode_summary(groups: list[dict[str, Any]], engine_stats: list[dict[str, Any]
         "warm": {"settled": sum(s["warm_settled"] for s in sessions),
                  "matched": sum(s["warm_matched"] for s in sessions)},
         "cosched": actions,
-        "not_finished": sum(s["status"] != "finished" for s in sessions),
+        "not_finished": sum(s["status"] != Status.FINISHED for s in sessions),
     }
     if engine_stats:
         summary["engine"] = {key: round(sum(e[key] for e in engine_stats), 3) for key in engine_stats[0]}

@@ -47,6 +47,7 @@ from harness.speculation.prediction.pattern_model import (SHIPPED_MODEL, Pattern
 from harness.speculation.prediction.past import PAST_SECONDS
 from harness.speculation.prediction.patterns import Analyzer
 from harness.speculation.prediction.training import adapt
+from harness.vocabulary import Status
 from sandbox import Workspace
 
 MODES = ("off", "on", "cold", "oracle")
@@ -367,7 +368,7 @@ def trajectory_checks(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "trajectories_equal": sum(r["trace"] == reference[(r["session"], r["rep"])] for r in checked),
         "trajectories_checked": len(checked), "trajectories_differ": differences(runs),
         "not_finished": [f"{r['session']}/{r['mode']}/{r['rep']}: {r['status']}"
-                         for r in runs if r["status"] != "finished"],
+                         for r in runs if r["status"] != Status.FINISHED],
     }
 
 

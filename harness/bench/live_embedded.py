@@ -52,6 +52,7 @@ from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart
 from harness.launch import SessionOptions, open_session
 from harness.session import Session, SessionConfig
 from harness.speculation.running.scheduler import Budget, LastRun
+from harness.vocabulary import Status
 from sandbox import Workspace
 
 MODES = ("nowarm", "warm", "provisional")
@@ -212,7 +213,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "trajectories_checked": len(checked),
         "output_tokens_equal": sum(r["output_tokens"] == tokens[(r["session"], r["rep"])] for r in checked),
         "not_finished": [f"{r['session']}/{r['mode']}/{r['rep']}: {r['status']}"
-                         for r in runs if r["status"] != "finished"],
+                         for r in runs if r["status"] != Status.FINISHED],
     }
 
 
