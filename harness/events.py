@@ -18,9 +18,9 @@ import typing
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, cast
 
 from harness import jsonl
 
@@ -159,7 +159,7 @@ def never_started(task: str, repo: str, engine: str, tools: list[str], config: d
     """The session_start and session_end of a session whose engine never opened: the --json stream and the TUI's
     saved task keep it as any session, its session_end last."""
     start = SessionStart(0.0, uuid.uuid4().hex[:12], task, repo, engine, tools, config,
-                         datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                         datetime.now(UTC).isoformat(timespec="seconds"))
     return start, SessionEnd(0.0, status, reason)
 
 @dataclass
@@ -417,12 +417,12 @@ def from_dict(data: Any) -> Event:
     if not isinstance(data, dict):
         raise EventDecodeError(f"an event is a JSON object, not {_json_kind(data)}")
     kind, t = data.get("type"), data.get("t")
-    if not isinstance(kind, str) or not _fits(t, float) or not math.isfinite(t):
+    if not isinstance(kind, str) or not _fits(t, float) or not math.isfinite(cast(float, t)):
         raise EventDecodeError(f"an event needs a string 'type' and a finite number 't', got keys {sorted(data)}")
     cls = _TYPES.get(kind)
     if cls is None:
-        return UnknownEvent(t=float(t), raw=dict(data))
-    hints = _field_types(cls)
+        return UnknownEvent(t=float(cast(float, t)), raw=dict(data))
+    hints = _field_types(cls)  # type: ignore[arg-type]  # a class is hashable; mypy reads its instances' __hash__
     kwargs = {k: v for k, v in data.items() if k in hints}
     wrong = [f"{name} ({_json_kind(value)})" for name, value in kwargs.items() if not _fits(value, hints[name])]
     if wrong:

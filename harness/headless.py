@@ -39,9 +39,9 @@ async def run_session(task: str, repo: Path, args: argparse.Namespace, saved: Pa
         raise UsageError("this command always starts a new session; continue a saved one with `tao run --resume`")
     events, repo = resumable(saved, args) if saved is not None else (None, repo)
     trajectory = saved or new_trajectory(args.trajectory or default_trajectory_path())
-    analyzer = None if args.no_speculation else Analyzer(session_patterns(args.patterns, announce=not getattr(args, "quiet", False)))
-    workspace = Workspace(repo)
     quiet = getattr(args, "quiet", False)
+    analyzer = None if args.no_speculation else Analyzer(session_patterns(args.patterns, announce=not quiet))
+    workspace = Workspace(repo)
     try:
         engine = await open_engine(engine_options(args))  # before the trajectory: a failed start leaves no file
     except UsageError:

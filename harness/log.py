@@ -61,16 +61,19 @@ class HumanLog:
         stamp = f"[{event.t:7.2f}s]"
         match event:
             case SessionStart():
-                return f"{stamp} task: {event.task.splitlines()[0][:120]}\n{' ' * 10} repo {event.repo}, engine {event.engine}"
+                return (f"{stamp} task: {event.task.splitlines()[0][:120]}\n"
+                        f"{' ' * 10} repo {event.repo}, engine {event.engine}")
             case LLMEnd():
                 thought = event.text.split("<tool_call>")[0].strip()
                 tokens = f"{event.output_tokens} tokens" + (f", {event.ttft:.2f}s to first" if event.ttft else "")
-                return f"{stamp} step {event.step}: model answered ({tokens})" + (f"\n{_preview(thought, 3)}" if thought else "")
+                answered = f"{stamp} step {event.step}: model answered ({tokens})"
+                return answered + (f"\n{_preview(thought, 3)}" if thought else "")
             case ToolCall():
                 args = ", ".join(f"{k}={argument(v)}" for k, v in event.arguments.items())
                 return f"{stamp} -> {event.name}({args})"
             case ToolResult():
-                status = "error" if event.is_error else "ok" if event.exit_code in (None, 0) else f"exit {event.exit_code}"
+                status = ("error" if event.is_error else "ok" if event.exit_code in (None, 0)
+                          else f"exit {event.exit_code}")
                 return f"{stamp} <- {event.name} {status}\n{_preview(event.output)}"
             case FormatError():
                 return f"{stamp} step {event.step}: no usable tool call: {event.error[:200]}"
@@ -78,7 +81,8 @@ class HumanLog:
                 told = "".join(f"\n{' ' * 10} {note}" for note in notes)
                 return f"{stamp} attached {', '.join(files) or 'no file'}{told}"
             case ContextCompact():
-                return (f"{stamp} context compacted ({event.reason}): {counted(len(event.messages), 'older tool result')} "
+                stubbed = counted(len(event.messages), "older tool result")
+                return (f"{stamp} context compacted ({event.reason}): {stubbed} "
                         f"stubbed, about {event.tokens_before:,} -> {event.tokens_after:,} prompt tokens")
             case SpecPromote():
                 how = "served from a speculated read" if event.sliced else "from speculation"

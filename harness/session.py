@@ -10,12 +10,13 @@ submission. A saved session goes on from its trajectory (`restore`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any, TypeVar
 
 from harness import context, protocol
@@ -341,9 +342,10 @@ class Session(BetweenTurns):
 
     def warm_up(self, call: protocol.ParsedCall, tool: Tool) -> Warm | None:
         """Pre-fill the next prompt on the output this call gave last time, while it runs for real."""
-        if self.observation is None or self.active_speculation is None or tool.effect is not Effect.SANDBOXED:
+        speculation = self.active_speculation
+        if self.observation is None or speculation is None or tool.effect is not Effect.SANDBOXED:
             return None
-        predicted = self.guarded("guessing an output", lambda: self.active_speculation.last_output(call))
+        predicted = self.guarded("guessing an output", lambda: speculation.last_output(call))
         if predicted is None:
             return None
         messages = [*self.messages, protocol.result_message(call, predicted, self.engine.native_tools)]
@@ -384,7 +386,7 @@ class Session(BetweenTurns):
             return
         for spec in self.guarded("predicting", lambda: speculation.launch(moment, self.steps, partial)) or []:
             if spec.task is not None:
-                spec.task.add_done_callback(lambda _, spec=spec: self.ready(spec))
+                spec.task.add_done_callback(functools.partial(self.ready_when_done, spec))
 
     def observe_speculation(self, event: Event) -> None:
         """The first sink: speculation learns from every event (while it works)."""
@@ -415,6 +417,10 @@ class Session(BetweenTurns):
                 self.speculation.discard_all(DiscardReason.BROKEN, detail=type(exc).__name__)
             except Exception:  # noqa: BLE001 - already broken; what still runs ends with the session
                 pass
+
+    def ready_when_done(self, spec: Speculation, _task: asyncio.Future[Any]) -> None:
+        """A done-callback of a speculation's task: `ready`."""
+        self.ready(spec)
 
     def ready(self, spec: Speculation) -> None:
         """A speculation's run ended: say so while its result waits for the model's call."""
@@ -542,4 +548,4 @@ class Session(BetweenTurns):
 
 
 def _wall_clock() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -101,8 +101,9 @@ class TaoApp(App[int]):
 
     def compose(self) -> ComposeResult:
         repo = self.options.repo
+        approvals = self.options.approvals
         opening = Opening(repo.name if self.masked else str(repo), git_branch(repo),
-                          describe_engine(self.options.engine), self.options.approvals.mode)
+                          describe_engine(self.options.engine), approvals.mode if approvals else "full-auto")
         with Horizontal(id="panes"):
             with ConversationPane():
                 yield OpeningPanel(opening, self.masked)

@@ -34,7 +34,7 @@ from harness.coscheduler import FCFS, CoScheduler, Policy
 from harness.engine.base import Engine
 from harness.events import Event, SessionEnd, SpecSummary, TrajectoryWriter
 from harness.launch import SessionOptions, open_session
-from harness.session import SessionConfig
+from harness.session import EventSink, SessionConfig
 from harness.speculation.prediction.pattern_model import PatternModel
 from harness.speculation.prediction.patterns import Analyzer
 from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT, evaluate, run_report
@@ -246,7 +246,7 @@ class Batch:
                 spec.update(launched=event.launched, promoted=event.promoted, discarded=event.discarded,
                             saved=round(event.saved, 3), wasted=round(event.wasted, 3))
 
-        sinks = [writer.write, record]
+        sinks: list[EventSink] = [writer.write, record]
         if self.progress is not None:
             sinks.append(self.progress.sink(instance.instance_id))
         workspace = Workspace(tree)

@@ -15,8 +15,8 @@ from textual.widgets.option_list import Option
 from harness.saved import SavedSession
 from harness.vocabulary import Status
 
-ENDED_STYLE = {Status.FINISHED: "green", Status.KILLED: "red", Status.ERROR: "red", Status.LIMIT: "yellow",
-               Status.INTERRUPTED: "yellow"}
+ENDED_STYLE: dict[str, str] = {Status.FINISHED: "green", Status.KILLED: "red", Status.ERROR: "red",
+                               Status.LIMIT: "yellow", Status.INTERRUPTED: "yellow"}
 
 
 def label(session: SavedSession) -> Text:
