@@ -109,7 +109,8 @@ class Decision:
 class Policy(Protocol):
     """Decides admissions from a View; holds no state of its own between decisions."""
 
-    name: str
+    @property
+    def name(self) -> str: ...  # read-only: a dataclass policy's field or a class attribute both serve
 
     def decide(self, view: View) -> Decision: ...
 
@@ -125,7 +126,7 @@ class FCFS:
 
 @dataclass(frozen=True)
 class Pacing:
-    """Admit up to the knee and the KV cache: the aged first, then cached and nearly finished sessions, speculation last."""
+    """Admit up to the knee and the KV cache: the aged first, then cached and nearly done sessions, speculation last."""
 
     knee: int
     """Requests in flight at which the engine's throughput stops growing much (from calibration)."""

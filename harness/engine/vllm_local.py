@@ -277,7 +277,7 @@ async def _in_daemon_thread(function: Any, *args: Any) -> Any:
         result, error = None, None
         try:
             result = function(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+        except BaseException as exc:  # handed to the awaiting coroutine
             error = exc
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
             loop.call_soon_threadsafe(settle, result, error)
