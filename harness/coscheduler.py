@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import enum
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -247,7 +247,7 @@ class CoScheduler:
     def now(self) -> float:
         return asyncio.get_running_loop().time()
 
-    async def stream(self, session_id: str, request: LLMRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, session_id: str, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         """Wait for admission, then stream from the shared engine; report the end either way."""
         entry = self._arrive(session_id, request)
         usage: Usage | None = None
@@ -363,7 +363,7 @@ class SessionEngine:
         self.native_tools = cosched.engine.native_tools
         self.prefix_cache = cosched.engine.prefix_cache
 
-    def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+    def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         return self.cosched.stream(self.session_id, request)
 
     async def abort(self, request_id: str) -> None:

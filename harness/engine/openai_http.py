@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
@@ -104,7 +104,7 @@ class OpenAIEngine:
                 body["priority"] = request.priority
         return body
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         """Stream one answer; the last chunk carries usage, native calls and the finish reason."""
         rid = request.request_id
         if self._aborted.pop(rid, False) is None:  # aborted before it was sent

@@ -28,7 +28,7 @@ import itertools
 import json
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -244,7 +244,7 @@ class SimEngine:
 
     # -- the Engine protocol -------------------------------------------------------------------------
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         """Queue the request and stream its tokens as the simulated steps produce them."""
         req = self._admit_request(request)
         try:

@@ -18,7 +18,7 @@ import os
 import reprlib
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -197,7 +197,7 @@ class VLLMEngine:
         return self._grammars[key]
 
     async def stream(self, request: LLMRequest, *, ignore_eos: bool = False,
-                     force_regex: bool = False) -> AsyncIterator[Chunk]:
+                     force_regex: bool = False) -> AsyncGenerator[Chunk, None]:
         """Stream the answer; the last chunk carries usage and the finish reason (`abort` if aborted)."""
         from vllm.inputs.engine import tokens_input
 
