@@ -51,7 +51,8 @@ class LazySubcommands(argparse._SubParsersAction):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
                  option_string: str | None = None) -> None:
         if (module := self.modules.pop(values[0], None)) is not None:
-            del self._name_parser_map[values[0]]  # the placeholder: the module adds the real parser (its help line stays)
+            # The placeholder: the module adds the real parser (its help line stays).
+            del self._name_parser_map[values[0]]
             importlib.import_module(module).register(self)
         super().__call__(parser, namespace, values, option_string)
 

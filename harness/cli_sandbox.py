@@ -195,7 +195,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     run = sub.add_parser("run", help="run a command in a throwaway overlay; show its output and what it "
                                      "would have changed",
-                         usage="tao sandbox run [--repo DIR] [--backend B] [--timeout S] [--net] [--json] -- COMMAND...")
+                         usage="tao sandbox run [--repo DIR] [--backend B] [--timeout S] [--net] [--json] "
+                               "-- COMMAND...")
     run.add_argument("--repo", help="the workspace (default: the current directory)")
     run.add_argument("--backend", choices=ORDER, help="force a backend (default: the best that works)")
     run.add_argument("--timeout", type=float, default=600.0, help="wall-clock seconds (default 600)")

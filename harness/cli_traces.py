@@ -13,6 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.events import ToolCall
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.pattern_model import default_model_path
 from harness.speculation.prediction.training import learn
@@ -62,14 +63,16 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def import_target(args: argparse.Namespace) -> Path:
     """The directory `--out` names (`--to`, its old name, still works, with a note to use --out)."""
-    to = getattr(args, "to", None)
-    if args.out is not None and to is not None and args.out != to:
-        raise UsageError(f"--out {args.out} and --to {to} name two directories; give only --out")
-    if args.out is None and to is None:
+    to: Path | None = getattr(args, "to", None)
+    out: Path | None = args.out
+    if out is not None and to is not None and out != to:
+        raise UsageError(f"--out {out} and --to {to} name two directories; give only --out")
+    if out is not None:
+        return out
+    if to is None:
         raise UsageError("tao traces import needs --out DIR: the directory for the Tao .jsonl files")
-    if args.out is None:
-        print("tao: --to is now --out (as in `tao traces learn`); --to still works for now", file=sys.stderr)
-    return args.out or to
+    print("tao: --to is now --out (as in `tao traces learn`); --to still works for now", file=sys.stderr)
+    return to
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -82,7 +85,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         formats[session.format] += 1
         root = session.events[0].repo if session.events and hasattr(session.events[0], "repo") else ""
         for event in session.events:
-            if event.type == "tool_call":
+            if isinstance(event, ToolCall):
                 action = canonical(event.name, event.arguments, root)
                 kinds[action.kind] += 1
                 tools[action.tool] += 1

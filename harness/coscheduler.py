@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import enum
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -109,7 +109,8 @@ class Decision:
 class Policy(Protocol):
     """Decides admissions from a View; holds no state of its own between decisions."""
 
-    name: str
+    @property
+    def name(self) -> str: ...  # read-only: a dataclass policy's field or a class attribute both serve
 
     def decide(self, view: View) -> Decision: ...
 
@@ -125,7 +126,7 @@ class FCFS:
 
 @dataclass(frozen=True)
 class Pacing:
-    """Admit up to the knee and the KV cache: the aged first, then cached and nearly finished sessions, speculation last."""
+    """Admit up to the knee and the KV cache: the aged first, then cached and nearly done sessions, speculation last."""
 
     knee: int
     """Requests in flight at which the engine's throughput stops growing much (from calibration)."""
@@ -246,7 +247,7 @@ class CoScheduler:
     def now(self) -> float:
         return asyncio.get_running_loop().time()
 
-    async def stream(self, session_id: str, request: LLMRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, session_id: str, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         """Wait for admission, then stream from the shared engine; report the end either way."""
         entry = self._arrive(session_id, request)
         usage: Usage | None = None
@@ -362,7 +363,7 @@ class SessionEngine:
         self.native_tools = cosched.engine.native_tools
         self.prefix_cache = cosched.engine.prefix_cache
 
-    def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+    def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         return self.cosched.stream(self.session_id, request)
 
     async def abort(self, request_id: str) -> None:

@@ -22,7 +22,8 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
                             "OpenAI-compatible server; replay: recorded turns")
     group.add_argument("--model", help="model name or directory for --engine vllm (default: embedded SmolLM2)")
     group.add_argument("--base-url", help="server URL for --engine openai, e.g. http://localhost:8000/v1")
-    group.add_argument("--replay", type=Path, help="trajectory .jsonl or JSON turn script for --engine replay; with --engine vllm, "
+    group.add_argument("--replay", type=Path,
+                       help="trajectory .jsonl or JSON turn script for --engine replay; with --engine vllm, "
                             "its answers are forced token by token through the real engine")
     group.add_argument("--seconds-per-token", type=float, default=EngineOptions.seconds_per_token,
                        help="replay pacing: simulated seconds per output token "
@@ -48,8 +49,8 @@ def add_session_flags(parser: argparse.ArgumentParser, quiet: bool = False) -> N
     output.add_argument("--json", action="store_true", help="print one JSON event per line on stdout")
     if quiet:
         output.add_argument("-q", "--quiet", action="store_true",
-                            help="for scripts: print only the final answer (the model's summary) on stdout, and no log; "
-                                 "a session that does not finish says why on stderr (exit codes as usual)")
+                            help="for scripts: print only the final answer (the model's summary) on stdout, "
+                                 "and no log; a session that does not finish says why on stderr (exit codes as usual)")
     parser.add_argument("--max-steps", type=int, default=SessionConfig.max_steps,
                         help=f"model turns before stopping (default {SessionConfig.max_steps}; demo 8)")
     parser.add_argument("--max-time", type=float, default=SessionConfig.max_seconds,

@@ -86,7 +86,7 @@ async def open_live_session(options: SessionOptions, *, task: str = "", resume: 
 
 
 async def open_checkpoints(repo: Path, name: str) -> Checkpoints | None:
-    """The store of the work tree's checkpoints (for /undo and /diff); None, with a warning, when git cannot keep one."""
+    """The store of the work tree's checkpoints (for /undo and /diff); None, with a warning, if git cannot keep one."""
     try:
         return await asyncio.to_thread(Checkpoints.open, repo, state_dir() / "checkpoints", name)
     except (CheckpointError, OSError) as exc:
@@ -110,7 +110,7 @@ def engine_status(engine: Any) -> dict[str, Any]:
     """
     try:
         load = engine_load(getattr(engine, "inner", engine))  # forced replay: the real engine under it
-    except Exception:  # noqa: BLE001 - a status read must never break the session
+    except Exception:  # a status read must never break the session
         load = None
     if load is None:
         return {"kv": None, "queued": None, "running": None}
@@ -141,7 +141,8 @@ def record_failed_start(options: SessionOptions, task: str, reason: str, status:
     why = reason if status != Status.ERROR else f"the engine failed to start: {reason}"
     writer = TrajectoryWriter(path)
     try:
-        for event in never_started(task, str(options.repo), describe_engine(options.engine), tools, config, status, why):
+        engine = describe_engine(options.engine)
+        for event in never_started(task, str(options.repo), engine, tools, config, status, why):
             writer.write(event)
     finally:
         writer.close()

@@ -31,7 +31,8 @@ async def test_a_session_typed_interrupted_approved_and_denied(isolated: Path) -
         calls = [entry.summary.plain for entry in app.query(CallEntry)]
         assert calls[0].startswith("grep(pattern='def add')") and calls[2].startswith("edit_file(")
         book = app.query_one(SpeculationPane).book
-        assert book.launched > 0 and any(entry.state in (SpecState.PROMOTED, SpecState.DISCARDED) for entry in book.entries.values())
+        settled = (SpecState.PROMOTED, SpecState.DISCARDED)
+        assert book.launched > 0 and any(entry.state in settled for entry in book.entries.values())
 
         await pilot.press("y")  # approve once; the command runs, then Ctrl+C stops it
         await until(pilot, lambda: "approval" in event_types(app), "the approved command running")

@@ -57,7 +57,8 @@ def canonical(name: str, arguments: dict[str, Any], root: str = "") -> Action:
 
 # Words in the names of other agents' tools, and the kind of call they make (SWE-agent's `edit`, `goto`,
 # `find_file`; Claude Code's `Glob`, `MultiEdit`; `str_replace_based_edit_tool` ...). First match wins.
-_NAME_KINDS = ((OTHER, ("todo", "task", "think", "plan", "web", "fetch", "notebook")), (EDIT, ("edit", "replace", "insert", "append", "patch", "apply")), (WRITE, ("create", "write")),
+_NAME_KINDS = ((OTHER, ("todo", "task", "think", "plan", "web", "fetch", "notebook")),
+               (EDIT, ("edit", "replace", "insert", "append", "patch", "apply")), (WRITE, ("create", "write")),
                (SEARCH, ("find", "search", "grep", "glob")), (VIEW, ("goto", "scroll")),
                (READ, ("open", "read", "view", "cat")), (LIST, ("ls", "list", "tree", "filemap", "dir")),
                (FINISH, ("submit", "finish", "done", "complete", "exit")), (TEST, ("test",)),
@@ -137,5 +138,5 @@ def _guess_kind(command: str) -> str:
     first = command.split(maxsplit=1)[0] if command.split() else ""
     try:
         return command_kind(shellwords.Command([shellwords.Word(first, first)])) or SHELL
-    except Exception:  # noqa: BLE001 - a guess only
+    except Exception:  # a guess only
         return SHELL

@@ -242,7 +242,9 @@ def _sed_view(argv: list[str], root: str) -> Action | None:
 
 
 def _head_lines(args: list[str]) -> tuple[int | None, list[str]]:
-    lines, rest, index = 10, [], 0
+    lines: int | None = 10
+    rest: list[str] = []
+    index = 0
     while index < len(args):
         arg = args[index]
         if arg == "-n" and index + 1 < len(args):

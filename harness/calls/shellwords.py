@@ -230,7 +230,8 @@ class _Reader:
 
     def _double_quoted(self) -> tuple[str, bool]:
         self.pos += 1
-        out, dynamic = [], False
+        out: list[str] = []
+        dynamic = False
         while self.pos < len(self.text):
             char = self.text[self.pos]
             if char == '"':

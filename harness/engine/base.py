@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -68,7 +68,7 @@ class Engine(Protocol):
     native_tools: bool  # True when the engine returns tool calls itself (no text protocol needed)
     prefix_cache: bool  # True when a prefill request warms the cache for a later request with that prefix
 
-    def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]: ...
+    def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]: ...
 
     async def abort(self, request_id: str) -> None: ...
 

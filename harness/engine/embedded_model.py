@@ -115,7 +115,8 @@ def _convert(source: Path, out: Path) -> None:
         tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
         model = AutoModelForCausalLM.from_pretrained(source.parent, gguf_file=source.name, dtype=torch.bfloat16)
     except ImportError as exc:
-        raise EngineUnavailable(f"reading the GGUF needs `gguf` and `accelerate` ({exc}); run `{INSTALL_CPU}`") from None
+        raise EngineUnavailable(f"reading the GGUF needs `gguf` and `accelerate` ({exc}); "
+                                f"run `{INSTALL_CPU}`") from None
     # The weights are dequantized already; detach the GGUF quantizer so the model saves as plain bf16.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

@@ -3,8 +3,8 @@
 A regex of the recorded text fixes its characters but not its tokens: the model may spell the same text
 in a finer tokenization (160 characters took 96 tokens here), and which spelling greedy decoding picks
 changes with the batch the request shares (the same forced answer took 46 tokens in one run and 43 in
-the next, beside cache-warming requests). Forcing the text's own token ids fixes both, so a forced answer costs the tokens,
-and the time, that the model would spend writing it.
+the next, beside cache-warming requests). Forcing the text's own token ids fixes both, so a forced answer costs the
+tokens, and the time, that the model would spend writing it.
 
     AsyncEngineArgs(..., logits_processors=[PROCESSOR])                 # the engine loads it by name
     SamplingParams(max_tokens=len(ids), extra_args={FORCE_KEY: ids})    # a request that forces `ids`

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
@@ -65,7 +65,7 @@ class OpenAIEngine:
         client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT))
         try:
             listed = await _list_models(client, base)
-            ids = [item.get("id") for item in listed]
+            ids: list[str] = [item["id"] for item in listed if isinstance(item.get("id"), str)]
             if model is None:
                 if not ids:
                     raise EngineUnavailable(f"the server at {base} lists no models; pass --model NAME")
@@ -104,7 +104,7 @@ class OpenAIEngine:
                 body["priority"] = request.priority
         return body
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         """Stream one answer; the last chunk carries usage, native calls and the finish reason."""
         rid = request.request_id
         if self._aborted.pop(rid, False) is None:  # aborted before it was sent
@@ -116,7 +116,8 @@ class OpenAIEngine:
         usage: dict[str, Any] = {}
         calls: dict[int, dict[str, Any]] = {}
         try:
-            async with self._client.stream("POST", f"{self.base_url}/chat/completions", json=self.body(request)) as resp:
+            url = f"{self.base_url}/chat/completions"
+            async with self._client.stream("POST", url, json=self.body(request)) as resp:
                 self._responses[rid] = resp
                 if resp.status_code != 200:
                     await self._raise_for_status(resp, request)
@@ -129,7 +130,8 @@ class OpenAIEngine:
                     if data == "[DONE]":
                         break
                     event = _stream_event(data)
-                    usage = event.get("usage") if isinstance(event.get("usage"), dict) else usage
+                    if isinstance(event.get("usage"), dict):
+                        usage = event["usage"]
                     for content, tool_calls, reason in _choices(event):
                         finish = reason or finish
                         _merge_calls(calls, tool_calls)

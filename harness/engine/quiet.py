@@ -17,8 +17,12 @@ import signal
 import sys
 import warnings
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 from harness.environ import kept_environment
+
+if TYPE_CHECKING:
+    from warnings import _ActionKind  # typeshed's name for the actions filterwarnings takes
 
 HARMLESS_WARNINGS = (
     # vLLM's Triton dispatcher touches torch.distributed's deprecated alias while it looks for kernels.
@@ -44,8 +48,8 @@ def quiet_libraries() -> None:
     os.environ["PYTHONWARNINGS"] = ",".join([*(w for w in HARMLESS_WARNINGS if w not in present), *present])
     for entry in HARMLESS_WARNINGS:
         action, message, category, module = (entry.split(":") + ["", "", "", ""])[:4]
-        warnings.filterwarnings(action, message, {"FutureWarning": FutureWarning, "UserWarning": UserWarning,
-                                                  "": Warning}[category], module)
+        kind = {"FutureWarning": FutureWarning, "UserWarning": UserWarning, "": Warning}[category]
+        warnings.filterwarnings(cast("_ActionKind", action), message, kind, module)
     # vLLM configures its logging only when an engine is built; what its modules log while they are imported
     # (the Triton check among them) would reach Python's last-resort handler, which prints every warning.
     try:

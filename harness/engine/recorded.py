@@ -10,7 +10,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -118,7 +118,7 @@ class ReplayEngine:
         self._next = 0
         self._aborted: set[str] = set()
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         if self._next >= len(self.recording.turns):
             raise ReplayExhausted(
                 f"the recording has {len(self.recording.turns)} turns and all were replayed; "
@@ -174,7 +174,7 @@ class ForcedReplayEngine:
         """The real engine's context window (the context gauge and compaction go by it)."""
         return getattr(self.inner, "max_model_len", None)
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         if request.max_tokens > 1:
             index = sum(1 for message in request.messages if message.get("role") == "assistant")
             if index >= len(self.recording.turns):

@@ -28,7 +28,7 @@ import itertools
 import json
 import math
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,8 +111,8 @@ class Profile:
         return asdict(self)
 
 
-# vLLM's CPU engine with the embedded model on a 2-core CPU without native bf16 (SmolLM2-135M, float32, eager, 2 GiB KV cache;
-# vLLM's CPU defaults: 128-token blocks, 128 sequences, 2,048 tokens a step), fitted on 2026-12-01 by
+# vLLM's CPU engine with the embedded model on a 2-core CPU without native bf16 (SmolLM2-135M, float32, eager,
+# 2 GiB KV cache; vLLM's CPU defaults: 128-token blocks, 128 sequences, 2,048 tokens a step), fitted on 2026-12-01 by
 #   flock /tmp/tao-bench.lock tao bench calibrate --out calibration.json        (defaults; 125 s)
 # 12 decode points (batch 1 to 32 at 58 and 1,035 tokens of context; 0.065 to 0.354 s a step) and 4
 # prefills (55, 57, 1,038 tokens cold, 46 after 1,024 cached; 0.27 to 4.8 s), fitted within 20% each
@@ -244,7 +244,7 @@ class SimEngine:
 
     # -- the Engine protocol -------------------------------------------------------------------------
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         """Queue the request and stream its tokens as the simulated steps produce them."""
         req = self._admit_request(request)
         try:

@@ -18,7 +18,7 @@ import os
 import reprlib
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -197,7 +197,7 @@ class VLLMEngine:
         return self._grammars[key]
 
     async def stream(self, request: LLMRequest, *, ignore_eos: bool = False,
-                     force_regex: bool = False) -> AsyncIterator[Chunk]:
+                     force_regex: bool = False) -> AsyncGenerator[Chunk, None]:
         """Stream the answer; the last chunk carries usage and the finish reason (`abort` if aborted)."""
         from vllm.inputs.engine import tokens_input
 
@@ -277,7 +277,7 @@ async def _in_daemon_thread(function: Any, *args: Any) -> Any:
         result, error = None, None
         try:
             result = function(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+        except BaseException as exc:  # handed to the awaiting coroutine
             error = exc
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits any more
             loop.call_soon_threadsafe(settle, result, error)

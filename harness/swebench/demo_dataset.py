@@ -54,7 +54,8 @@ def make_demo(root: Path, count: int) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.swebench.demo_dataset", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.swebench.demo_dataset",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("dir", type=Path, help="where to build it (must not exist)")
     parser.add_argument("--instances", type=int, default=8, help="how many instances (default 8)")
     args = parser.parse_args(argv)

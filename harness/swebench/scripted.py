@@ -10,7 +10,7 @@ that text, so the engine's timing, batching and prefix cache are real while the 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 from pathlib import Path
 
@@ -62,7 +62,7 @@ class ScriptedEngine:
                                   "the session asked for one more")
         return turns[index].text
 
-    async def stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
+    async def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         if request.max_tokens <= 1 and self.inner is not None:  # cache warming passes through unforced
             async for chunk in self.inner.stream(request):
                 yield chunk

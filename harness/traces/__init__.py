@@ -65,7 +65,7 @@ def _load_one(path: Path, name: str, report: ImportReport) -> list[Imported]:
     """The sessions of one file; an importer's unforeseen failure skips the file (reported) instead of the import."""
     try:
         sessions = FORMATS[name].load(path, report)
-    except (Exception, RecursionError) as exc:  # noqa: BLE001 - one bad file must not stop a folder
+    except (Exception, RecursionError) as exc:  # one bad file must not stop a folder
         report.failed(str(path), exc)
         return []
     for session in sessions:

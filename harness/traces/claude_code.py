@@ -94,13 +94,14 @@ def _unwrapped(record: dict[str, Any]) -> dict[str, Any] | None:
     `data.message`), as a record of the subagent's session; None for a record that holds no message."""
     data = record.get("data")
     inner = data.get("message") if isinstance(data, dict) else None
-    if not (isinstance(inner, dict) and inner.get("type") in ("user", "assistant")
+    if not (isinstance(data, dict) and isinstance(inner, dict) and inner.get("type") in ("user", "assistant")
             and isinstance(inner.get("message"), dict)):
         return None
     agent = data.get("agentId") or record.get("parentToolUseID") or "progress"
     return {**inner, "sessionId": record.get("sessionId") or inner.get("sessionId"), "isSidechain": True,
             "agentId": agent, "uuid": inner.get("uuid") or record.get("uuid"),
-            "timestamp": inner.get("timestamp") or record.get("timestamp"), "cwd": inner.get("cwd") or record.get("cwd")}
+            "timestamp": inner.get("timestamp") or record.get("timestamp"),
+            "cwd": inner.get("cwd") or record.get("cwd")}
 
 
 def _has_calls(record: dict[str, Any]) -> bool:
@@ -147,10 +148,11 @@ def to_tao_call(name: str, tool_input: dict[str, Any]) -> tuple[str, dict[str, A
         return "read_file", {"path": get("notebook_path")}
     if name == "Edit" and get("file_path"):
         every = {"replace_all": True} if get("replace_all") else {}
-        return "edit_file", {"path": get("file_path"), "old": get("old_string", ""), "new": get("new_string", ""), **every}
-    if name == "MultiEdit" and get("file_path") and isinstance(get("edits"), list):
+        return "edit_file", {"path": get("file_path"), "old": get("old_string", ""), "new": get("new_string", ""),
+                             **every}
+    if name == "MultiEdit" and get("file_path") and isinstance(listed := get("edits"), list):
         edits = [{"old": e.get("old_string", ""), "new": e.get("new_string", ""),
-                  **({"replace_all": True} if e.get("replace_all") else {})} for e in get("edits") if isinstance(e, dict)]
+                  **({"replace_all": True} if e.get("replace_all") else {})} for e in listed if isinstance(e, dict)]
         if len(edits) == 1:
             return "edit_file", {"path": get("file_path"), **edits[0]}
         return "edit_file", {"path": get("file_path"), "edits": edits}
@@ -179,7 +181,8 @@ def _number(value: Any) -> int | None:
 
 def _session(session_id: str, records: list[tuple[int, dict[str, Any]]], path: Path,
              report: ImportReport) -> Imported | None:
-    turns, results, task, cwd, t0 = [], {}, "", "", None
+    turns: list[_Turn | None] = []  # None: a user record closed the turn before it
+    results, task, cwd, t0 = {}, "", "", None
     for number, record in records:
         kind, message = record.get("type"), record.get("message")
         t = _time(record.get("timestamp"))
@@ -192,9 +195,11 @@ def _session(session_id: str, records: list[tuple[int, dict[str, Any]]], path: P
         content = message.get("content")
         items = content if isinstance(content, list) else [{"type": "text", "text": str(content or "")}]
         if kind == "assistant":
-            if not turns or turns[-1] is None:
-                turns.append(_Turn())
-            _add_assistant(turns[-1], items, rel)
+            turn = turns[-1] if turns else None
+            if turn is None:
+                turn = _Turn()
+                turns.append(turn)
+            _add_assistant(turn, items, rel)
             continue
         if turns and turns[-1] is not None:
             turns.append(None)  # a user record closes the turn

@@ -99,7 +99,8 @@ def _replay_actions(messages: list[dict[str, Any]], builder: SessionBuilder, whe
     pending: list[tuple[str, str | None]] = []  # (Tao call id, the model's tool call id)
     for number, message in enumerate(messages, 1):
         extra = _extra(message)
-        at = stamps[number - 1] - t0 if t0 is not None and stamps[number - 1] is not None else None
+        stamp = stamps[number - 1]
+        at = stamp - t0 if t0 is not None and stamp is not None else None
         actions = extra.get("actions")
         if isinstance(actions, list):
             _answer_missing(pending, builder, f"{where}: message {number}", report)

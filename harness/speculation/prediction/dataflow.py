@@ -88,7 +88,7 @@ def repeats(state: SessionState, pool: Pool) -> None:
     kind_rank: dict[str, int] = {}
     slow_rank = 0
     since_edit = min(2, sum(1 for step in state.steps[state.last_edit + 1:] if step.action.kind in SLOW_KINDS))
-    for seen, (key, stats) in enumerate(reversed(state.keys.items())):
+    for seen, stats in enumerate(reversed(state.keys.values())):
         action = state.steps[stats.last].action
         kind = action.kind
         slow = kind in SLOW_KINDS

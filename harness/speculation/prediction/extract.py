@@ -24,12 +24,12 @@ _CALL_OPEN = "<tool_call>"
 # A run of path characters this long names no file: a minified line, a data dump, a model's hostile answer.
 # The path patterns would start anew after each of its slashes (quadratic work), so it is blanked first.
 LONG_RUN = 300
-_LONG_RUN = re.compile(r"[\w./-]{%d,}" % LONG_RUN)
+_LONG_RUN = re.compile(rf"[\w./-]{{{LONG_RUN},}}")
 _SYMBOL = re.compile(r"^(?:(?:def|class) )?[A-Za-z_][\w.]*(?:\(\))?$")
 _FOLDER = re.compile(r"^/?[\w.-]+(?:/[\w.-]+)*/?$")
 # Quoted words that name a tool or a Python constant rather than code to search for.
-_NOT_SYMBOLS = frozenset({"sed", "grep", "cat", "nl", "head", "tail", "ls", "find", "python", "python3", "pytest", "git",
-                          "echo", "rm", "cd", "bash", "sh", "awk", "diff", "pip", "tox", "perl", "patch", "None",
+_NOT_SYMBOLS = frozenset({"sed", "grep", "cat", "nl", "head", "tail", "ls", "find", "python", "python3", "pytest",
+                          "git", "echo", "rm", "cd", "bash", "sh", "awk", "diff", "pip", "tox", "perl", "patch", "None",
                           "True", "False", "self", "cls"})
 
 
@@ -136,6 +136,7 @@ class ReasoningFacts:
                 scripts.append(span)
         names = {p for p, _ in paths} | {posixpath.basename(p) for p, _ in paths}
         symbols = list(dict.fromkeys(reversed(symbols)))[:4]
-        folders += [norm_path(m.group(1), root) for m in _PLAIN_FOLDER.finditer(text) if "://" not in text[m.start():m.end() + 3]]
+        folders += [norm_path(m.group(1), root) for m in _PLAIN_FOLDER.finditer(text)
+                    if "://" not in text[m.start():m.end() + 3]]
         return cls(original, paths, line_ranges(text), commands[-4:], scripts[-3:], names, symbols,
                    [f for f in dict.fromkeys(reversed(folders)) if f][:3])

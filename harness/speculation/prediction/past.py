@@ -31,7 +31,7 @@ def past_sessions(directory: Path, limit: int = PAST_SESSIONS) -> Iterator[list[
     for path in saved_sessions(directory):
         try:
             sessions = tao.load(path, ImportReport())
-        except Exception:  # noqa: BLE001 - what the importer did not foresee must not stop `tao run` either
+        except Exception:  # what the importer did not foresee must not stop `tao run` either
             continue
         for imported in sessions:
             if taken < limit and any(isinstance(event, ToolCall) for event in imported.events):

@@ -56,7 +56,8 @@ def propose(state: SessionState, pool: Pool, facts: ReasoningFacts, anchors: lis
             pool.add(action, "reasoning_command", {"mr_cmd": 1.0}, ("bash", {"command": command}))
     for script in facts.scripts:  # best a script of the session, or one seen in the workspace
         path = state.resolve(script)
-        known = "mr_script_written" if path in state.created else "mr_script_seen" if path in state.seen else "mr_script"
+        known = ("mr_script_written" if path in state.created else
+                 "mr_script_seen" if path in state.seen else "mr_script")
         pool.add(canonical_bash(f"{state.interpreter(default_interpreter)} {path}", state.root),
                  "reasoning_script", {"mr_script": 1.0, known: 1.0})
     for rank, folder in enumerate(facts.folders):
@@ -103,7 +104,12 @@ def searches(state: SessionState, pool: Pool, facts: ReasoningFacts,
     places += [(package, "package")] if package else []
     places.append((None, "root"))
     seen: set[str | None] = set()
-    places = [(p, why) for p, why in places if not (p in seen or seen.add(p))][:MAX_PLACES]
+    unique: list[tuple[str | None, str]] = []
+    for p, why in places:  # the first reason for each place
+        if p not in seen:
+            seen.add(p)
+            unique.append((p, why))
+    places = unique[:MAX_PLACES]
     folders = {posixpath.basename(p) for p, _ in places if p} | set(state.tops)
     symbols = [s for s in facts.symbols if s not in folders][:MAX_SYMBOLS]
     verb = "gs_verb" if _SEARCH_VERB.search(facts.text[-240:]) else "gs_noverb"

@@ -98,7 +98,8 @@ class SessionState:
         self.tops: dict[str, int] = {}  # top-level folders of the files worked on, by weight
         self.test_places: list[str] = []  # seen paths in test folders (test modules and folders), in order seen
         self._focus_changes = 0
-        self._relevance_at, self._relevance = 0, {}  # relevance by path, valid while the focus is unchanged
+        self._relevance_at = 0
+        self._relevance: dict[str, int] = {}  # relevance by path, valid while the focus is unchanged
         self.command_words: set[str] = set()  # the words of the shell commands run so far
         self._relevant: tuple[tuple[int, int], list[tuple[str, int]]] = ((-1, -1), [])
 
@@ -317,7 +318,8 @@ class SessionState:
 
 
 # A script that writes files when run: it opens a file for writing or calls a write method.
-_WRITES_FILES = re.compile(r"""open\([^)]*['"][wa]\+?['"]|\.write_text\(|\.writelines?\(|shutil\.(?:copy|move)|os\.replace\(""")
+_WRITES_FILES = re.compile(r"""open\([^)]*['"][wa]\+?['"]|\.write_text\(|\.writelines?\("""
+                           r"""|shutil\.(?:copy|move)|os\.replace\(""")
 _PROJECT_PATH = re.compile(r"""['"](?:/[\w.-]+)*/?[\w.-]+/[\w./-]+\.\w{1,5}['"]""")  # a quoted nested file path
 _LS_LONG = re.compile(r"^[-dlcbps][-rwxsStT@+.]{9}")
 
@@ -479,7 +481,7 @@ _GENERIC = frozenset({"test", "tests", "testing", "src", "lib", "init", "main", 
 
 
 def name_parts(path: str) -> set[str]:
-    """The distinctive lower-case parts of a path's last two components (`tests/test_domain_std.py` -> {domain, std})."""
+    """The distinctive lower-case parts of a path's last two parts (`tests/test_domain_std.py` -> {domain, std})."""
     tail = "/".join(path.lower().rsplit("/", 2)[-2:])
     return {part for part in _PART.findall(tail.replace("_", " ")) if part not in _GENERIC}
 

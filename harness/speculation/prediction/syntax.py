@@ -8,7 +8,7 @@ _DEFS = {"function_definition", "class_definition"}
 
 
 @lru_cache(maxsize=1)
-def _parser():  # noqa: ANN202 - tree_sitter.Parser, imported lazily (a few ms)
+def _parser():  # tree_sitter.Parser, imported lazily (a few ms)
     import tree_sitter_python
     from tree_sitter import Language, Parser
 
@@ -16,7 +16,7 @@ def _parser():  # noqa: ANN202 - tree_sitter.Parser, imported lazily (a few ms)
 
 
 @lru_cache(maxsize=64)
-def _tree(text: str):  # noqa: ANN202 - tree_sitter.Tree
+def _tree(text: str):  # tree_sitter.Tree
     return _parser().parse(text.encode("utf-8", errors="replace"))
 
 

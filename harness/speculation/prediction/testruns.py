@@ -59,7 +59,8 @@ def is_dotted(runner: str, target: str) -> bool:
 
 def runners(state: SessionState, learned: list[dict[str, object]], default_interpreter: str) -> list[Runner]:
     """The session's runners (latest first), then the learned ones whose script is in sight."""
-    found = [Runner(r, state.dotted.get(r, False), f"session{i}") for i, r in enumerate(reversed(state.test_prefixes[-2:]))]
+    found = [Runner(r, state.dotted.get(r, False), f"session{i}")
+             for i, r in enumerate(reversed(state.test_prefixes[-2:]))]
     python = state.interpreter(default_interpreter)
     known = {template(r.command) for r in found}
     if "run_tests" in state.tools:  # the tool's own example comes before what bash agents type
@@ -160,8 +161,8 @@ def propose(state: SessionState, pool: Pool, learned: list[dict[str, object]], d
     failed = state.steps[index].ok is False
     for runner in found:
         if runner.command != last_runner and first:
-            path = path_of(last_runner, first) if is_dotted(last_runner, first) else first
-            target = label(runner, path) if path else None
+            last_path = path_of(last_runner, first) if is_dotted(last_runner, first) else first
+            target = label(runner, last_path) if last_path else None
             if target:
                 _add(state, pool, runner, target if len(rest.split()) == 1 else rest.replace(first, target, 1),
                      "test_switch", "t_switch_failed" if failed else "t_switch")

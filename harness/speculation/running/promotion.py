@@ -28,7 +28,7 @@ def validated(tool: Tool, arguments: Any) -> dict[str, Any] | None:
     try:
         args = coerce_args(tool.name, arguments)
         validate_args(tool.name, tool.parameters, args)
-    except Exception:  # noqa: BLE001 - ToolError, or a value too odd even to describe (deep nesting)
+    except Exception:  # ToolError, or a value too odd even to describe (deep nesting)
         return None
     return args
 
@@ -66,7 +66,7 @@ async def kept_file(tool: ReadFile, path: str, observation: Observation, workspa
         return None
     try:
         file = await asyncio.to_thread(load_text, workspace, path)
-    except Exception:  # noqa: BLE001 - no file to keep: ranges are then run for real
+    except Exception:  # no file to keep: ranges are then run for real
         return None
     again = await run_tool(Rendered(tool, file), {"path": path}, workspace)
     same = (again.text, again.is_error, again.exit_code, again.truncated_chars, again.data) == (

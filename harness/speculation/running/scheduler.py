@@ -183,7 +183,7 @@ class SpeculationScheduler:
         """The canonical key of a call (for predictions and guesses only), None if it has none."""
         try:
             return canonical(name, arguments, str(self.workspace.root)).key
-        except Exception:  # noqa: BLE001 - an odd call simply has no guess
+        except Exception:  # an odd call simply has no guess
             return None
 
     # -- launching -----------------------------------------------------------------------------------
@@ -208,7 +208,7 @@ class SpeculationScheduler:
             return False
         try:
             exact = exact_call(candidate.name, candidate.arguments)
-        except Exception:  # noqa: BLE001 - not JSON: no real call could ever equal it
+        except Exception:  # not JSON: no real call could ever equal it
             return False
         if candidate.key in self.specs or self._repeat(exact, version) is not None:
             return False  # already running, or its result at this version is already known
@@ -284,7 +284,7 @@ class SpeculationScheduler:
         arrived = time.monotonic()
         try:
             return await self._take(call, arrived)
-        except Exception as exc:  # noqa: BLE001 - a speculation is only ever a shortcut
+        except Exception as exc:  # a speculation is only ever a shortcut
             _log.warning("speculation could not match %s: %s: %s; the call runs for real", call.call_id,
                          type(exc).__name__, exc, exc_info=exc)  # a bug in Tao, shown, never the model's problem
             self.discard_all(DiscardReason.UNMATCHED, detail=f"{type(exc).__name__}: {exc}")
@@ -336,7 +336,7 @@ class SpeculationScheduler:
             await asyncio.wait({spec.task}, timeout=BOOST_EVERY)
         try:
             observation = await asyncio.shield(spec.task)
-        except Exception:  # noqa: BLE001 - a failed speculation is simply not used
+        except Exception:  # a failed speculation is simply not used
             return None, DiscardReason.FAILED, {}
         if observation.data.get("timed_out") or (spec.overlay is None and observation.is_error):
             # A limit a real run may not meet (a tool's timeout, under the load of speculation); and an error
