@@ -31,7 +31,7 @@ from typing import Any
 from harness.bench import cosched_run as runner
 from harness.bench import run_module
 from harness.bench.calibrate import kv_tokens
-from harness.bench.live import model_choice, quantile
+from harness.bench.live_parts import model_choice, quantile
 from harness.bench.report import Report, Table, cell
 from harness.bench.vclock import VirtualClockLoop
 from harness.coscheduler import Pacing

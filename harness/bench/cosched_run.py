@@ -89,7 +89,7 @@ async def load_workload(only: list[str] | None, model: Path | None, cache: Path,
                         holdout: float | None = None) -> Workload:
     """The sessions of examples/sessions and their books (recorded with the real tools on first use), or
     other agents' trajectories under `traces` (their held-out split with `holdout`; harness.bench.trace_workload)."""
-    from harness.bench.live import bench_environment
+    from harness.bench.live_parts import bench_environment
 
     if traces is not None:
         sessions, books = trace_workload(traces, holdout)
@@ -117,9 +117,7 @@ def pacing_for(profile: Profile, workload: Workload) -> Pacing:
 
 
 def policy_for(mode: str, pacing: Pacing) -> Policy:
-    # Pacing is a frozen dataclass, so its name is read-only, and Policy declares a settable `name`: the
-    # protocol asks for more than CoScheduler uses (it only reads the name).
-    return pacing if mode == "cosched" else FCFS()  # type: ignore[return-value]
+    return pacing if mode == "cosched" else FCFS()
 
 
 async def run_group(engine: Engine, workload: Workload, members: list[int], mode: str, pacing: Pacing,

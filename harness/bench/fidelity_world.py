@@ -26,6 +26,7 @@ from harness.launch import SessionOptions, open_session
 from harness.session import Session
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.patterns import Candidate
+from harness.vocabulary import Moment
 from sandbox import Workspace
 from tools import default_tools
 
@@ -115,7 +116,7 @@ async def speculate(session: Session, case: Case, places: Places, world: World) 
     assert session.speculation is not None
     before = snapshot(places)
     try:
-        session.launch("a")
+        session.launch(Moment.A)
     except Exception as exc:
         raise Crashed(crash_text("launch", exc)) from exc
     specs = list(session.speculation.specs.values())

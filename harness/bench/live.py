@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import hashlib
 import json
-import math
 import os
 import statistics
 import sys
@@ -33,70 +32,22 @@ from typing import Any
 
 from harness.bench import recordings as recorded
 from harness.bench import run_module
-from harness.bench.oracle import OracleAnalyzer
 from harness.bench.overhead import Meter
+from harness.bench.live_parts import analyzer_for, bench_environment, model_choice, quantile, timed_run
 from harness.bench.report import Report, Table
 from harness.engine.recorded import ReplayEngine
 from harness.errors import UsageError
 from harness.events import Event, SessionEnd, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable
 from harness.machine import machine
 from harness.launch import SessionOptions, open_session
-from harness.session import Session, SessionConfig
-from harness.speculation.prediction.pattern_model import (SHIPPED_MODEL, PatternModel, default_model_path,
-                                                        installed_model)
-from harness.speculation.prediction.past import PAST_SECONDS
-from harness.speculation.prediction.patterns import Analyzer
-from harness.speculation.prediction.training import adapt
+from harness.session import SessionConfig
+from harness.speculation.prediction.pattern_model import (default_model_path)
 from harness.vocabulary import Status
 from sandbox import Workspace
 
 MODES = ("off", "on", "cold", "oracle")
 SPEC_FIELDS = ("launched", "promoted", "discarded", "repeats", "saved", "wasted")
 
-
-def quantile(values: list[float], q: float) -> float:
-    """The nearest-rank quantile (p99 of 21 values is the largest)."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
-
-
-def model_choice(path: Path | None) -> tuple[Path | None, str]:
-    """The pattern model the `on` runs load, and how it was chosen (as the live CLI chooses it); `--model none`
-    for rules and online learning only."""
-    if path is not None and str(path) == "none":
-        return None, "none: rules and online learning only (--model none)"
-    if path is not None:
-        if not path.is_file():
-            raise UsageError(f"--model {path} does not exist; build one with `tao traces learn DIR --out {path}`")
-        return path, f"{path} (--model)"
-    found = installed_model()
-    if found is None:
-        return None, "none: rules and online learning only (no learned model)"
-    return found, f"{found} ({'shipped with Tao' if found == SHIPPED_MODEL else 'default path'})"
-
-
-def analyzer_for(mode: str, session: recorded.LiveSession, model: Path | None,
-                 past: Iterable[list[Event]] = ()) -> Any:
-    """No analyzer (off), Tao's default setup adapted to `past` sessions (on) or not (cold), or the oracle."""
-    if mode == "off":
-        return None
-    if mode == "oracle":
-        return OracleAnalyzer(session.recording)
-    learned = PatternModel.load(model) if model is not None else PatternModel()
-    if mode == "on":
-        adapt(learned, past, seconds=PAST_SECONDS)
-    return Analyzer(learned)
-
-
-async def timed_run(loop: Session, workspace: Workspace) -> tuple[SessionEnd, float]:
-    """Run a session to its end, then close its workspace: how it ended and the seconds it took."""
-    started = time.perf_counter()
-    try:
-        return await loop.run(), time.perf_counter() - started
-    finally:
-        workspace.close()
 
 
 async def run_one(session: recorded.LiveSession, mode: str, tpot: float, model: Path | None,
@@ -389,18 +340,6 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         **trajectory_checks(runs),
     }
 
-
-def bench_environment() -> None:
-    """The environment the recorded sessions expect, set in this process (tools inherit it).
-
-    `python` is the interpreter Tao runs under, as in an activated venv; pytest loads no plugins from
-    it (each package's own test environment has only pytest), which also keeps Tao's own dev plugins
-    from adding seconds of start-up and warnings to every test run.
-    """
-    bin_dir = str(Path(sys.executable).parent)
-    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
-        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
 
 
 def run(session_dir: Path = recorded.SESSIONS_DIR, only: list[str] | None = None, repeat: int = 3,

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import recordings as recorded
-from harness.bench.live import analyzer_for, bench_environment, model_choice, quantile, timed_run
+from harness.bench.live_parts import analyzer_for, bench_environment, model_choice, quantile, timed_run
 from harness.bench.report import Report, Table
 from harness.calls.canonical import canonical
 from harness.engine.base import Engine, LLMRequest
