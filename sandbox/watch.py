@@ -48,7 +48,7 @@ def skipped(rel: str) -> bool:
 
 
 def snapshot(root: Path) -> frozenset[tuple[str, int, int, int, int, int]]:
-    """Every entry under root with the stat fields that change when it does."""
+    """Every entry under root with the stat fields that change when it does (a directory: its mode and inode)."""
     entries: set[tuple[str, int, int, int, int, int]] = set()
     stack = [""]
     while stack:
@@ -66,9 +66,11 @@ def snapshot(root: Path) -> frozenset[tuple[str, int, int, int, int, int]]:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                entries.add((sub, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-                if entry.is_dir(follow_symlinks=False):
+                if stat.S_ISDIR(st.st_mode):  # its entries say what changed in it; its times change for temporaries
+                    entries.add((sub, st.st_mode, 0, 0, 0, st.st_ino))
                     stack.append(sub)
+                else:
+                    entries.add((sub, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
     return frozenset(entries)
 
 
@@ -144,13 +146,19 @@ class _Inotify:
 
     def drain(self) -> bool:
         """Read every queued event, watch new directories, and say whether anything changed
-        (hard-linked files included)."""
+        (hard-linked files included).
+
+        A path created and removed again within the events read here (a lock file, a temporary) changed
+        nothing, as a stat snapshot or an overlay's changes would say: counting it would give a real run a
+        version that a promoted run of the same call, whose overlay shows only net changes, does not get."""
         changed = self.links_changed()
+        first: dict[str, int] = {}  # path -> mask of its first event read here
+        last: dict[str, int] = {}  # path -> mask of its last
         while True:
             try:
                 data = os.read(self.fd, 1 << 16)
             except BlockingIOError:
-                return changed
+                return changed or any(not _transient(first[rel], last[rel]) for rel in first)
             offset = 0
             while offset < len(data):
                 wd, mask, _cookie, length = EVENT_HEADER.unpack_from(data, offset)
@@ -168,7 +176,8 @@ class _Inotify:
                 rel = f"{parent}/{name}" if parent and name else (name or parent)
                 if skipped(rel) or not mask & CHANGE_EVENTS:
                     continue
-                changed = True
+                first.setdefault(rel, mask)
+                last[rel] = mask
                 if mask & (IN_DELETE_SELF | IN_MOVE_SELF):
                     continue  # its parent's event names it (a moved dir's watch already has its new name)
                 if mask & (IN_DELETE | IN_MOVED_FROM):
@@ -251,3 +260,9 @@ class TreeWatcher:
         if self._inotify is not None:
             self._inotify.close()
             self._inotify = None
+
+
+def _transient(first: int, last: int) -> bool:
+    """A path whose events began with its creation and ended with its removal: it is not there, as before."""
+    return bool(first & (IN_CREATE | IN_MOVED_TO)) and bool(last & (IN_DELETE | IN_MOVED_FROM | IN_DELETE_SELF
+                                                                     | IN_MOVE_SELF))

@@ -65,3 +65,28 @@ def test_a_moved_directory_keeps_its_linked_files_watched(tmp_path: Path, mode: 
         assert watcher.changed()
     finally:
         watcher.close()
+
+
+def test_a_file_created_and_removed_between_checks_is_no_change(tmp_path: Path, mode: str) -> None:
+    """A lock file or temporary that a run creates and removes leaves the tree as it was: no new version, as a
+    promoted overlay run of the same call (which shows only net changes) gets none."""
+    tree, _ = make_tree(tmp_path)
+    watcher = TreeWatcher(tree, mode)
+    try:
+        assert not watcher.changed()
+        lock = tree / "sub" / "index.lock"
+        lock.write_text("locked\n")
+        lock.unlink()
+        (tree / "scratch").mkdir()
+        (tree / "scratch" / "tmp.txt").write_text("x\n")
+        (tree / "scratch" / "tmp.txt").rename(tree / "scratch" / "tmp2.txt")
+        (tree / "scratch" / "tmp2.txt").unlink()
+        (tree / "scratch").rmdir()
+        assert not watcher.changed()
+        lock.write_text("kept\n")  # created and left: a change
+        assert watcher.changed()
+        lock.unlink()
+        lock.write_text("again\n")  # removed, then there again: a change
+        assert watcher.changed()
+    finally:
+        watcher.close()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from harness.engine.recorded import Recording, ReplayEngine, Turn, load_recording
@@ -91,6 +91,9 @@ async def test_the_bundled_fix_is_identical_with_speculation(tmp_path: Path) -> 
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+# Found by this test: a test run here creates and removes .git/index.lock (a git call during pytest). The real run's
+# version counted that; a promoted overlay run, which shows only net changes, did not.
+@example(script=[10, 1, 8, 10, 2, 1], external=set())
 @given(script=st.lists(st.sampled_from(range(len(CALLS))), min_size=3, max_size=7),
        external=st.sets(st.integers(min_value=1, max_value=7), max_size=2))
 async def test_any_scripted_session_is_identical_with_speculation(tmp_path_factory, script: list[int],
