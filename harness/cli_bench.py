@@ -27,7 +27,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                      "hostile model answers through the call parser: 0 crashes expected"),
     "fuzz-traces": ("harness.bench.fuzz_traces",
                     "damaged trajectory files of every format: importing, learning and resuming never crash"),
-    "replay": ("harness.bench.replay.command",
+    "replay": ("harness.bench.replay.main",
                "real trajectories on a timeline: serial, Tao, each mechanism alone, the oracle"),
     "sandbox": ("harness.bench.sandbox", "overlay create+destroy time against repository size, per backend"),
     "warm-delay": ("harness.bench.warmdelay",

@@ -38,7 +38,7 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from harness.engine.base import Chunk, Engine, EngineLoad, LLMRequest, Usage, engine_load
+from harness.engine.api import Chunk, Engine, EngineLoad, LLMRequest, Usage, engine_load
 from harness.speculation.running.observation import WARM_PRIORITY
 
 CHARS_PER_TOKEN = 3.4  # prompt size estimate before the engine reports the real count

@@ -11,7 +11,7 @@ from harness.engine.factory import ENGINES, EngineOptions
 from harness.history import LAST
 from harness.saved import PICK
 from harness.session import SessionConfig
-from harness.state import state_dir
+from harness.paths import state_dir
 
 
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:

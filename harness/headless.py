@@ -20,7 +20,7 @@ from harness.log import HumanLog, counted
 from harness.saved import PICK
 from harness.session import EventSink, Outcome, Session
 from harness.speculation.prediction.patterns import Analyzer
-from harness.state import default_trajectory_path, state_dir
+from harness.paths import default_trajectory_path, state_dir
 from harness.vocabulary import Status
 from sandbox import Workspace
 from tools import default_tools

@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.approval import Ask
 from harness.checkpoints import CheckpointError, Checkpoints
-from harness.engine.base import engine_load
+from harness.engine.api import engine_load
 from harness.engine.factory import EngineOptions, open_engine
 from harness.errors import UsageError
 from harness.engine.embedded_model import MODEL_NAME
@@ -31,7 +31,7 @@ from harness.history import (choose_session, last_session, load_saved, new_traje
 from harness.saved import summarize
 from harness.launch import SessionOptions, open_session, session_patterns
 from harness.session import EventSink, Session
-from harness.state import default_trajectory_path, state_dir
+from harness.paths import default_trajectory_path, state_dir
 from harness.speculation.prediction.patterns import Analyzer
 from harness.vocabulary import Status
 from sandbox import Workspace

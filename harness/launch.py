@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.approval import ApprovalPolicy, Ask, load_policy
-from harness.engine.base import Engine
+from harness.engine.api import Engine
 from harness.engine.factory import EngineOptions
 from harness.errors import UsageError
 from harness.flags import engine_options
@@ -28,7 +28,7 @@ from harness.speculation.prediction.pattern_model import PatternModel, installed
 from harness.speculation.prediction.patterns import Analyzer
 from harness.speculation.prediction.training import adapt
 from harness.speculation.running.scheduler import Budget
-from harness.state import state_dir
+from harness.paths import state_dir
 from sandbox import Workspace
 from tools import default_tools
 from tools.base import Tool

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 from harness import context, protocol
 from harness.approval import ApprovalPolicy, request_for
 from harness.between import BetweenTurns
-from harness.engine.base import Chunk, Engine, LLMRequest, Usage
+from harness.engine.api import Chunk, Engine, LLMRequest, Usage
 from harness.errors import ContextTooLong, EngineError, Finished, Interrupted, LimitExceeded, SessionStop
 from harness.events import (Approval, ContextCompact, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken,
                             LLMStart, SessionEnd, SessionResume, SessionStart, SpecReady, SpecToggle, ToolCall,

@@ -4,7 +4,7 @@ Built on the standard library; only the git-worktree backend needs gitpython, wh
 """
 
 from sandbox.changes import Change, ChangeKind
-from sandbox.errors import BackendUnavailable, OverlayClosed, SandboxError, SetupFailed
+from sandbox.sandbox_errors import BackendUnavailable, OverlayClosed, SandboxError, SetupFailed
 from sandbox.limits import SPECULATIVE, Limits
 from sandbox.overlay import Overlay
 from sandbox.process import ProcessResult, run_process

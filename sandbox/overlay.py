@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from sandbox.backends import Backend, Layout, choose
 from sandbox.changes import Change
 from sandbox.cleanup import sweep_once
-from sandbox.errors import OverlayClosed
+from sandbox.sandbox_errors import OverlayClosed
 from sandbox.limits import SPECULATIVE, Limits
 from sandbox.probe import Capabilities, detect
 from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, renice_session, session_cpu

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandbox.errors import SetupFailed
+from sandbox.sandbox_errors import SetupFailed
 from sandbox.runner import run_in_sandbox
 from sandbox.statedir import new_state_dir, remove_tree
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from sandbox.errors import SetupFailed
+from sandbox.sandbox_errors import SetupFailed
 from sandbox.process import DEFAULT_MAX_BYTES, ProcessResult, run_process
 
 ENTER = Path(__file__).with_name("enter.py")

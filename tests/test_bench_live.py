@@ -17,7 +17,7 @@ from harness.bench import live, live_embedded as embedded
 from harness.bench import recordings as recorded
 from harness.bench.oracle import OracleAnalyzer, turn_calls
 from harness.bench.overhead import Meter
-from harness.engine.base import LLMRequest
+from harness.engine.api import LLMRequest
 from harness.engine.recorded import Recording, ReplayEngine, Turn
 from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart, SpecLaunch, SpecObsSettle,
                             SpecObsWarm, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable)

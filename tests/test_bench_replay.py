@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from harness.bench.replay import load as replay_load
-from harness.bench.replay.command import plot
+from harness.bench.replay.main import plot
 from harness.bench.replay.policies import TAKE, plans
 from harness.bench.replay.trace import build, decide
 from harness.bench.timeline import Launch, Miss, Plan, Step, simulate

@@ -15,7 +15,7 @@ import pytest
 
 from harness import protocol
 from harness.context import MAX_INSTRUCTIONS_CHARS, STUB_MARK, project_instructions
-from harness.engine.base import LLMRequest
+from harness.engine.api import LLMRequest
 from harness.engine.recorded import ForcedReplayEngine, Recording, ReplayEngine, Turn
 from harness.events import ContextCompact, Event, LLMEnd, SessionEnd, TrajectoryWriter, comparable, read_trajectory
 from harness.history import rebuild

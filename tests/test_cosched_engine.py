@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from harness.coscheduler import CoScheduler, Pacing, Record
-from harness.engine.base import Chunk, LLMRequest
+from harness.engine.api import Chunk, LLMRequest
 from harness.speculation.running.observation import WARM_PRIORITY
 
 pytestmark = pytest.mark.engine

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from harness.coscheduler import EARLY, FCFS, RECHECK, Decision, Pacing, Progress, Ticket, View
-from harness.engine.base import EngineLoad
+from harness.engine.api import EngineLoad
 from harness.speculation.running.observation import WARM_PRIORITY
 
 PACING = Pacing(knee=2, kv_tokens=10_000, max_wait=30.0, expected_steps=10)

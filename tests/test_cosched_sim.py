@@ -10,7 +10,7 @@ import asyncio
 from dataclasses import replace
 
 from harness.coscheduler import FCFS, CoScheduler, Decision, Pacing, Record, View
-from harness.engine.base import Chunk, LLMRequest
+from harness.engine.api import Chunk, LLMRequest
 from harness.engine.sim import SimEngine
 from harness.speculation.running.observation import WARM_PRIORITY
 from tests.helpers import flat_profile, virtual

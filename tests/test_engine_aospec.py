@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness import protocol
-from harness.engine.base import Chunk, LLMRequest
+from harness.engine.api import Chunk, LLMRequest
 from harness.engine.recorded import ForcedReplayEngine, Recording, Turn
 from harness.events import Event, LLMEnd, SpecObsSettle, SpecObsWarm, comparable
 from harness.session import Session, SessionConfig

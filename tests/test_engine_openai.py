@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import httpx
 
-from harness.engine.base import LLMRequest
+from harness.engine.api import LLMRequest
 from harness.engine.openai_http import OpenAIEngine, _merge_calls, normalize_base_url
 from tools import default_tools, tool_specs
 

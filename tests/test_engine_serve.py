@@ -16,7 +16,7 @@ import pytest
 
 from harness import protocol
 from harness.engine import server
-from harness.engine.base import LLMRequest
+from harness.engine.api import LLMRequest
 from harness.engine.factory import EngineOptions, open_engine
 from harness.engine.openai_http import OpenAIEngine
 from harness.events import LLMFirstToken, SessionEnd, SessionStart, TrajectoryWriter, read_trajectory

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from harness import protocol
-from harness.engine.base import Chunk, LLMRequest, Usage
+from harness.engine.api import Chunk, LLMRequest, Usage
 from harness.errors import ContextTooLong
 from harness.events import LLMEnd, SessionEnd, SessionStart, ToolCall, TrajectoryWriter, read_trajectory
 from harness.session import Session, SessionConfig

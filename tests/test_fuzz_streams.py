@@ -10,7 +10,7 @@ import httpx
 
 from harness.bench import fuzz_streams
 from harness.bench.stream_gen import StreamGen
-from harness.engine.base import LLMRequest
+from harness.engine.api import LLMRequest
 from harness.engine.openai_http import OpenAIEngine
 from harness.engine.recorded import load_recording
 from harness.engine.vllm_local import _plain_message

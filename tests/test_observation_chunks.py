@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from harness.engine.base import Chunk, LLMRequest, Usage
+from harness.engine.api import Chunk, LLMRequest, Usage
 from harness.engine.sim import Profile, SimEngine, StepModel
 from harness.events import Event, SpecObsSettle
 from harness.speculation.running.observation import WARM_PRIORITY, ObservationSpeculator

@@ -12,7 +12,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from harness.engine.base import Chunk, LLMRequest
+from harness.engine.api import Chunk, LLMRequest
 from harness.engine.sim import GPU, SimEngine
 from tests.helpers import flat_profile, virtual
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import build_parser
-from harness.state import state_dir
+from harness.paths import state_dir
 from harness.engine.recorded import Recording, ReplayEngine, Turn
 from harness.errors import UsageError
 from harness.events import ContextCompact, LLMEnd, TrajectoryWriter, read_trajectory

@@ -27,7 +27,7 @@ from textual.widgets import Footer, Input
 from textual.worker import Worker
 
 from harness.approval import Answer
-from harness.engine.base import Engine
+from harness.engine.api import Engine
 from harness.engine.factory import open_engine
 from harness.errors import TaoError, UsageError
 from harness.events import Event, SessionEnd, read_trajectory
@@ -36,7 +36,7 @@ from harness.interactive import (LiveSession, describe_engine, engine_status, ki
                                  open_live_session, record_failed_start)
 from harness.launch import SessionOptions
 from harness.saved import PICK, SavedSession, repository_sessions
-from harness.state import state_dir
+from harness.paths import state_dir
 from harness.vocabulary import Status
 from tui.commands import Commands, is_command
 from tui.engine_log import EngineLog, log_path, screen_driver, stderr_to_log

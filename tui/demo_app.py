@@ -20,7 +20,7 @@ from textual.widgets import Static
 from harness.demo import CLOSING, DemoPlan, Recap, demo_policy
 from harness.events import Event, TurnEnd
 from harness.launch import SessionOptions
-from harness.state import state_dir
+from harness.paths import state_dir
 from tui.app import TaoApp
 from tui.engine_log import EngineLog, log_path, stderr_to_log
 from tui.widgets.conversation.pane import ConversationPane

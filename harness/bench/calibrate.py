@@ -30,7 +30,7 @@ from typing import Any
 from harness.bench import dump
 from harness.bench.engine import long_prompt, run_one
 from harness.bench.report import Report, Table
-from harness.engine.base import LLMRequest
+from harness.engine.api import LLMRequest
 from harness.engine.sim import CPU, Profile, StepModel
 from harness.errors import UsageError
 from harness.machine import machine

@@ -23,7 +23,7 @@ from harness.bench import recordings as recorded
 from harness.bench.simtools import Book, record_book, sim_tools
 from harness.bench.trace_workload import trace_workload
 from harness.coscheduler import FCFS, KNEE_SHARE, CoScheduler, Pacing, Policy
-from harness.engine.base import Engine, LLMRequest
+from harness.engine.api import Engine, LLMRequest
 from harness.engine.recorded import ForcedReplayEngine
 from harness.engine.sim import Profile
 from harness.errors import UsageError

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 
 from harness.bench.report import Report, Table
-from harness.engine.base import LLMRequest, Usage
+from harness.engine.api import LLMRequest, Usage
 from harness.errors import UsageError
 from harness.machine import machine
 from harness.shutdown import terminate_as_interrupt

@@ -43,7 +43,7 @@ from harness.bench import recordings as recorded
 from harness.bench.live_parts import analyzer_for, bench_environment, model_choice, quantile, timed_run
 from harness.bench.report import Report, Table
 from harness.calls.canonical import canonical
-from harness.engine.base import Engine, LLMRequest
+from harness.engine.api import Engine, LLMRequest
 from harness.engine.recorded import ForcedReplayEngine
 from harness.errors import UsageError
 from harness.machine import machine

@@ -33,7 +33,7 @@ from harness import protocol
 from harness.bench import run_module
 from harness.bench.engine import run_one
 from harness.bench.report import Report, Table, cell
-from harness.engine.base import Engine, LLMRequest
+from harness.engine.api import Engine, LLMRequest
 from harness.errors import UsageError
 from harness.machine import machine
 from harness.speculation.running.observation import WARM_CHUNK_TOKENS, ObservationSpeculator

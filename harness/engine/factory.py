@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from harness.engine.base import Engine
+from harness.engine.api import Engine
 from harness.errors import UsageError
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from harness.engine.base import Chunk, LLMRequest, Usage
+from harness.engine.api import Chunk, LLMRequest, Usage
 from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
 from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.engine.base import Chunk, Engine, LLMRequest, Usage
+from harness.engine.api import Chunk, Engine, LLMRequest, Usage
 from harness.errors import ContextTooLong, ReplayExhausted, UsageError
 from harness.events import EventDecodeError, LLMEnd, SessionStart, read_trajectory
 

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.engine.base import Chunk, EngineLoad, LLMRequest, Usage
+from harness.engine.api import Chunk, EngineLoad, LLMRequest, Usage
 from harness.errors import ContextTooLong
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.engine.base import Chunk, EngineLoad, LLMRequest, Usage
+from harness.engine.api import Chunk, EngineLoad, LLMRequest, Usage
 from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
 from harness.engine.embedded_model import converted_in_this_process
 from harness.engine.quiet import quiet_engine_start

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.coscheduler import FCFS, CoScheduler, Policy
-from harness.engine.base import Engine
+from harness.engine.api import Engine
 from harness.events import Event, SessionEnd, SpecSummary, TrajectoryWriter
 from harness.launch import SessionOptions, open_session
 from harness.session import EventSink, SessionConfig

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.coscheduler import FCFS, Pacing, Policy
-from harness.engine.base import Engine
+from harness.engine.api import Engine
 from harness.errors import UsageError
 from harness.session import SessionConfig
 from harness.swebench.batch import Batch, BatchConfig

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import replace
 from pathlib import Path
 
-from harness.engine.base import Chunk, Engine, LLMRequest, Usage
+from harness.engine.api import Chunk, Engine, LLMRequest, Usage
 from harness.engine.recorded import Recording, load_recording, split_tokens
 from harness.errors import ReplayExhausted, UsageError
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sandbox.backends.base import Backend, Layout
+from sandbox.backends.backend import Backend, Layout
 from sandbox.backends.copy import Copy
 from sandbox.backends.gitworktree import GitWorktree
 from sandbox.backends.gitworktree import unavailable as git_unavailable
 from sandbox.backends.overlayfs import FuseOverlayFS, OverlayFS
-from sandbox.errors import BackendUnavailable
+from sandbox.sandbox_errors import BackendUnavailable
 from sandbox.probe import Capabilities
 
 ORDER = ("overlayfs", "fuse-overlayfs", "git-worktree", "copy")

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sandbox.backends.base import Layout
+from sandbox.backends.backend import Layout
 from sandbox.changes import Change, Manifest, manifest, view_changes
 
 

@@ -22,7 +22,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sandbox.backends.base import Layout
+from sandbox.backends.backend import Layout
 from sandbox.backends.copy import ViewBackend
 from sandbox.changes import manifest
 from sandbox.statedir import remove_tree

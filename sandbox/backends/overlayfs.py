@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 from typing import Any, ClassVar
 
-from sandbox.backends.base import Layout
+from sandbox.backends.backend import Layout
 from sandbox.changes import Change, overlay_changes
 
 

@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.engine.base import Chunk, Engine, LLMRequest, Usage
+from harness.engine.api import Chunk, Engine, LLMRequest, Usage
 from harness.errors import EngineError
 from harness.events import Event, SpecObsSettle, SpecObsWarm
 
