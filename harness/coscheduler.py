@@ -82,6 +82,18 @@ class Progress:
     steps: int = 0  # authoritative requests finished
     context_tokens: int = 0  # prompt + output tokens of its last finished request
     written_at_end: int | None = None  # the engine's tokens-written count when that request ended
+    ended_at: float | None = None  # when its last authoritative request ended (the loop's clock)
+    mean_gap: float | None = None  # observed seconds from a request's end to the session's next one (its tools)
+    tool_started: float | None = None  # when the client said a tool started (a hint), since the last request
+    tool_expected: float | None = None  # the seconds the client expects that tool to take (None: not said)
+
+    def expected_return(self) -> float | None:
+        """When the session's next request is expected: from the client's hint, else from the gaps observed."""
+        if self.tool_started is not None and self.tool_expected is not None:
+            return self.tool_started + self.tool_expected
+        if self.ended_at is not None and self.mean_gap is not None:
+            return self.ended_at + self.mean_gap
+        return None
 
 
 @dataclass(frozen=True)
@@ -198,6 +210,17 @@ class Pacing:
         return written - progress.written_at_end <= self.kv_tokens - pinned - progress.context_tokens
 
 
+@dataclass(frozen=True)
+class PacingState:
+    """One session's place in the co-scheduler, as its status bar shows it."""
+
+    admitted: bool  # a request of the session runs in the engine
+    waited: float | None  # seconds its oldest waiting request has waited (None: none waits)
+    position: int | None  # 1-based place among waiting authoritative requests, in arrival order
+    sessions: int  # sessions with a request waiting or running
+    kv_usage: float | None  # the engine's share of KV cache in use, where it reports it
+
+
 class Step(enum.IntEnum):
     """A request's lifecycle in the co-scheduler, in order; `>= DONE` means it is over."""
 
@@ -268,6 +291,24 @@ class CoScheduler:
                     await self.engine.abort(request.request_id)
             self._end(entry, usage)
 
+    def tool_started(self, session_id: str, expected: float | None) -> None:
+        """A client's hint: the session's tool started now and should take `expected` seconds (None: unknown)."""
+        progress = self.sessions.get(session_id, Progress())
+        self.sessions[session_id] = replace(progress, tool_started=self.now(), tool_expected=expected)
+        self._decide()
+
+    def pacing(self, session_id: str) -> PacingState:
+        """Where one session stands: admitted, or waiting since when and at which place."""
+        entries = [e for e in self._entries.values() if not e.ticket.speculative]
+        waiting = [e for e in entries if e.step is Step.WAITING]
+        mine = [e for e in waiting if e.ticket.session_id == session_id]
+        position = next((i + 1 for i, e in enumerate(waiting) if e.ticket.session_id == session_id), None)
+        load = engine_load(self.engine)
+        return PacingState(
+            admitted=any(e.step is Step.RUNNING and e.ticket.session_id == session_id for e in entries),
+            waited=self.now() - mine[0].ticket.arrived if mine else None, position=position,
+            sessions=len({e.ticket.session_id for e in entries}), kv_usage=load.kv_usage if load else None)
+
     async def abort(self, request_id: str) -> None:
         """A session gives a request up: a waiting one is dropped, a running one aborted in the engine."""
         entry = self._entries.get(request_id)
@@ -287,6 +328,12 @@ class CoScheduler:
         if request.prompt_limit is not None:  # a warm chunk pins its first tokens only
             tokens = min(tokens, request.prompt_limit)
         ticket = Ticket(request.request_id, session_id, request.priority, self.now(), tokens)
+        progress = self.sessions.get(session_id)
+        if progress is not None and not ticket.speculative and progress.ended_at is not None:
+            gap = ticket.arrived - progress.ended_at  # the tools (and the client) between two requests
+            mean = gap if progress.mean_gap is None else (progress.mean_gap + gap) / 2
+            self.sessions[session_id] = replace(progress, ended_at=None, mean_gap=mean, tool_started=None,
+                                                tool_expected=None)
         entry = _Entry(ticket, request)
         self._entries[request.request_id] = entry
         self._record("arrive", ticket)
@@ -307,7 +354,8 @@ class CoScheduler:
             if not entry.ticket.speculative:
                 before = self.sessions.get(entry.ticket.session_id, Progress())
                 self.sessions[entry.ticket.session_id] = Progress(
-                    before.steps + 1, usage.prompt_tokens + usage.output_tokens, self.written)
+                    before.steps + 1, usage.prompt_tokens + usage.output_tokens, self.written, self.now(),
+                    before.mean_gap)
         self._record("end", entry.ticket)
         self._decide()
 

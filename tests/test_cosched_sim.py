@@ -191,3 +191,38 @@ def test_requests_sent_straight_to_the_engine_take_their_place_at_the_knee() -> 
     arrive = next(r for r in records if r.request_id == "mine" and r.action == "arrive")
     assert admit.t > arrive.t  # it did not go straight in
     assert admit.t >= min(ended)  # it went in once the other client's first request was over
+
+
+def test_pacing_state_says_admitted_or_waiting_at_which_place() -> None:
+    """What a status bar reads: one request runs (room for one), the next two wait in arrival order."""
+    async def main() -> list[tuple[str, object]]:
+        cosched = CoScheduler(SimEngine(FLAT), Pacing(knee=1, kv_tokens=16_384, max_wait=1e6))
+        tasks = [asyncio.create_task(drain(cosched, f"s{i}", request(f"r{i}", tokens=50))) for i in range(3)]
+        await asyncio.sleep(0.001)
+        states = [(s, cosched.pacing(s)) for s in ("s0", "s1", "s2", "idle")]
+        await asyncio.gather(*tasks)
+        return states
+
+    states = dict(virtual(main))
+    assert states["s0"].admitted and states["s0"].position is None and states["s0"].waited is None
+    assert not states["s1"].admitted and states["s1"].position == 1 and states["s1"].waited is not None
+    assert states["s2"].position == 2 and states["s0"].sessions == 3
+    assert not states["idle"].admitted and states["idle"].position is None
+
+
+def test_a_sessions_return_is_expected_from_its_hint_else_from_the_gaps_observed() -> None:
+    async def main() -> tuple[float | None, float | None, float | None, float | None]:
+        cosched = CoScheduler(SimEngine(FLAT), FCFS())
+        await drain(cosched, "s", request("r1"))
+        nothing_seen = cosched.sessions["s"].expected_return()
+        await drain(cosched, "s", request("r2"), delay=4.0)  # a 4 s tool between the two requests
+        ended = cosched.sessions["s"].ended_at
+        observed = cosched.sessions["s"].expected_return()
+        cosched.tool_started("s", expected=30.0)
+        hinted = cosched.sessions["s"].expected_return()
+        return nothing_seen, observed, hinted, ended
+
+    nothing_seen, observed, hinted, ended = virtual(main)
+    assert nothing_seen is None and ended is not None
+    assert observed is not None and abs(observed - ended - 4.0) < 0.5  # the gap, measured on the virtual clock
+    assert hinted is not None and hinted > observed + 20  # the hint overrides the gaps
