@@ -41,6 +41,9 @@ from typing import Protocol
 from harness.engine.api import Chunk, Engine, EngineLoad, LLMRequest, Usage, engine_load
 from harness.speculation.running.observation import WARM_PRIORITY
 
+# A request of an interactive session (a person waits at a terminal): every policy admits it first.
+# Batch sessions send 0; speculative prefills WARM_PRIORITY and above (vLLM's convention: lower runs first).
+INTERACTIVE_PRIORITY = -1
 CHARS_PER_TOKEN = 3.4  # prompt size estimate before the engine reports the real count
 # A request this close to its bounded wait counts as aged. Timers may fire up to the clock's resolution
 # early; without this margin, a wake-up in float rounding distance would be asked for again and again.
