@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import signal
 import sys
 import time
 import uuid
@@ -400,9 +401,9 @@ def add_gateway_flags(parser: argparse.ArgumentParser) -> None:
     add_engine_flags(parser)
 
 
-def gateway_argv(args: argparse.Namespace, port: int) -> list[str]:
-    """The flags that start `python -m harness.gateway` as `args` (from add_gateway_flags) ask."""
-    argv = ["--port", str(port), "--policy", args.policy, "--knee", str(args.knee), "--max-wait", str(args.max_wait),
+def gateway_argv(args: argparse.Namespace) -> list[str]:
+    """The flags (but the port) that start `python -m harness.gateway` as `args` (from add_gateway_flags) ask."""
+    argv = ["--policy", args.policy, "--knee", str(args.knee), "--max-wait", str(args.max_wait),
             "--engine", args.engine, "--seconds-per-token", str(args.seconds_per_token)]
     for flag, value in (("--upstream", args.upstream), ("--kv-tokens", args.kv_tokens), ("--model", args.model),
                         ("--base-url", args.base_url), ("--replay", args.replay),
@@ -459,12 +460,18 @@ async def serve(args: argparse.Namespace) -> None:
         await engine.close()
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM as a KeyboardInterrupt: uvicorn stops serving, then the engine closes."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m harness.gateway`: what `tao serve` runs (detached, or in the terminal with --foreground)."""
     parser = argparse.ArgumentParser(prog="python -m harness.gateway",
                                      description="The tao serve gateway; start it with `tao serve`.")
     add_gateway_flags(parser)
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # `tao serve --stop`: stop as on Ctrl+C, closing the engine
     try:
         asyncio.run(serve(args))
     except (UsageError, EngineError) as exc:
