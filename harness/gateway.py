@@ -6,8 +6,11 @@ Routes (the contract in the issue 24 notes): `GET /health`, `GET /v1/models`, `P
 (streamed as server-sent events or not), and two Tao extensions: `POST /v1/tao/hint` (a tool started) and
 `GET /v1/tao/pacing/{session}` (where a session stands). A request's session is its `X-Session-Id` header,
 else its body's `user`, else a fresh id; `X-Tao-Class: interactive` ranks it above batch sessions.
-A client that goes away mid-request aborts it in the engine. Run as `python -m harness.gateway`
-(`tao serve` starts it so); starlette and uvicorn are imported only when the app is built.
+A client that goes away mid-request aborts it in the engine. Sampling is the engine's own (the body's
+`temperature`, `priority` and the like are not used); `/v1/models` says whether the engine makes native
+tool calls (`tao.native_tools`; if not, a request with `tools` gets its call in Tao's text protocol).
+Run as `python -m harness.gateway` (`tao serve` starts it so); starlette and uvicorn are imported only when
+the app is built or served.
 """
 
 from __future__ import annotations
