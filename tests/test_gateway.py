@@ -175,6 +175,10 @@ async def test_real_engine_round_trip_streamed_and_not(vllm_engine: VLLMEngine) 
         streamed_body = {**request, "stream": True, "user": "b"}
         async with client.stream("POST", "/chat/completions", json=streamed_body) as streamed:
             events = [event async for event in sse_events(streamed)]
+        hint = await client.post("/tao/hint", json={"session": "a", "event": "tool_start", "expected_seconds": 3.0})
+        pacing = (await client.get("/tao/pacing/a")).json()
+    assert hint.status_code == 204 and cosched.sessions["a"].tool_expected == 3.0
+    assert pacing["admitted"] is False and pacing["position"] is None and isinstance(pacing["kv_usage"], float)
     text = whole["choices"][0]["message"]["content"]
     parser = protocol.CallParser()  # the engine speaks the text protocol: the tools constrained it to one call
     parser.feed(text)

@@ -6,7 +6,8 @@ One in-process vLLM engine with the embedded model; the same request, in turn: s
 through the gateway (HTTP, the co-scheduler with Pacing, SSE) read three ways: from a bare socket (a request
 written by hand: the gateway's own cost), with plain httpx, and with Tao's own OpenAIEngine client. Client
 and gateway share one event loop, so every bit of serialisation on either side counts.
-Prints JSON (medians in ms) and a table.
+The ways run in a rotated order each round; the added time is the median of each round's difference to
+the direct call (the machine's load changes between rounds, less within one). Prints JSON (ms) and a table.
 """
 
 from __future__ import annotations
@@ -93,35 +94,41 @@ async def measure(reps: int, warmup: int, max_tokens: int) -> dict[str, object]:
                 "gateway_httpx": lambda: raw_http(client, max_tokens),
                 "gateway_tao_client": lambda: tao_client(tao, max_tokens)}
             times: dict[str, list[float]] = {name: [] for name in ways}
+            names = list(ways)
             for round_ in range(warmup + reps):
-                for name, way in ways.items():
-                    seconds = await way()
+                for name in names[round_ % len(names):] + names[:round_ % len(names)]:  # rotated: no fixed order
+                    seconds = await ways[name]()
                     if round_ >= warmup:
                         times[name].append(seconds)
             await tao.close()
     finally:
         await engine.close()
-    medians = {name: statistics.median(values) * 1000 for name, values in times.items()}
-    return {"reps": reps, "max_tokens": max_tokens, "median_ms": medians,
-            "added_ms": {name: medians[name] - medians["direct"] for name in ways if name != "direct"},
-            "samples_ms": {name: [round(v * 1000, 2) for v in values] for name, values in times.items()}}
+    ms = {name: [v * 1000 for v in values] for name, values in times.items()}
+    return {"reps": reps, "max_tokens": max_tokens,
+            "median_ms": {name: statistics.median(values) for name, values in ms.items()},
+            "min_ms": {name: min(values) for name, values in ms.items()},
+            # each round's ways ran back to back, under the same load: the median of their differences
+            "added_ms": {name: statistics.median(v - d for v, d in zip(values, ms["direct"]))
+                         for name, values in ms.items() if name != "direct"},
+            "samples_ms": {name: [round(v, 2) for v in values] for name, values in ms.items()}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=30, help="measured rounds (default 30)")
     parser.add_argument("--warmup", type=int, default=3, help="unmeasured rounds first (default 3)")
+    parser.add_argument("--samples", action="store_true", help="print every sample too (ms)")
     parser.add_argument("--max-tokens", type=int, default=MAX_TOKENS,
                         help=f"tokens per answer (default {MAX_TOKENS}; more, and the decode after the first token "
                              "competes with the gateway for a CPU engine's cores)")
     args = parser.parse_args()
     result = asyncio.run(measure(args.reps, args.warmup, args.max_tokens))
-    print(json.dumps({k: v for k, v in result.items() if k != "samples_ms"}))
-    print(f"{'way':<20} {'median TTFT ms':>15} {'added ms':>9}")
-    medians, added = result["median_ms"], result["added_ms"]
-    assert isinstance(medians, dict) and isinstance(added, dict)
+    print(json.dumps({k: v for k, v in result.items() if args.samples or k != "samples_ms"}))
+    print(f"{'way':<20} {'median TTFT ms':>15} {'min ms':>8} {'added ms (median of paired)':>28}")
+    medians, least, added = result["median_ms"], result["min_ms"], result["added_ms"]
+    assert isinstance(medians, dict) and isinstance(least, dict) and isinstance(added, dict)
     for name, value in medians.items():
-        print(f"{name:<20} {value:>15.2f} {added.get(name, 0.0):>9.2f}")
+        print(f"{name:<20} {value:>15.2f} {least[name]:>8.2f} {added.get(name, 0.0):>28.2f}")
 
 
 if __name__ == "__main__":
