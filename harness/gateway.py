@@ -85,6 +85,8 @@ def parse_completion(body: object, headers: MutableMapping[str, str] | Any, mode
     if not isinstance(tools, list) or not all(_is_tool(tool) for tool in tools):
         raise BadRequest('`tools` must be a list of {"type": "function", "function": {"name": ..., '
                          '"parameters": {...}}} objects', "tools")
+    if body.get("n", 1) != 1:
+        raise BadRequest("`n` must be 1 (one answer per request)", "n")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise BadRequest("`stream` must be true or false", "stream")

@@ -20,7 +20,7 @@ from harness.engine import server
 from harness.engine.api import LLMRequest
 from harness.engine.openai_http import OpenAIEngine
 from harness.engine.recorded import Recording, ReplayEngine, Turn
-from harness.events import LLMFirstToken, SessionEnd, SessionStart, TrajectoryWriter, read_trajectory
+from harness.events import Event, LLMFirstToken, SessionEnd, SessionStart, TrajectoryWriter, read_trajectory
 from harness.gateway import serving
 from harness.session import Session, SessionConfig
 from sandbox import Workspace
@@ -105,7 +105,7 @@ async def test_server_killed_mid_request_ends_the_session_with_its_reason(tmp_pa
     trajectory = tmp_path / "run.jsonl"
     writer = TrajectoryWriter(trajectory)
 
-    def kill_on_first_token(event: object) -> None:
+    def kill_on_first_token(event: Event) -> None:
         writer.write(event)
         if isinstance(event, LLMFirstToken):
             os.killpg(state.pid, signal.SIGKILL)  # the gateway and its engine: its own process group
@@ -124,3 +124,24 @@ async def test_server_killed_mid_request_ends_the_session_with_its_reason(tmp_pa
     assert isinstance(events[-1], SessionEnd) and events[-1].reason == end.reason
     assert server.running_server() is None  # a later `tao run` starts in-process instead
 
+
+
+def test_serve_in_the_foreground_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None:
+    turns = script(tmp_path, "hello")
+    # SIGINT as a terminal's Ctrl+C delivers it (the shell that runs pytest may have it ignored: reset it)
+    proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "serve", "--foreground", "--engine", "replay",
+                             "--replay", str(turns)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        assert proc.stdout is not None
+        url = proc.stdout.readline().strip()
+        state = server.running_server()
+        assert state is not None and state.url == url and server.pid_alive(state.pid)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "stopping the server" in err, err
+    assert not server.pid_alive(state.pid) and server.read_state() is None

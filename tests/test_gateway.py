@@ -114,6 +114,7 @@ async def test_hint_reaches_the_coscheduler_and_pacing_says_where_a_session_stan
     ("/chat/completions", {"model": "m"}, {}, 400, "`messages` must be a non-empty list"),
     ("/chat/completions", body(tools=[{"type": "function"}]), {}, 400, "`tools` must be a list"),
     ("/chat/completions", body(max_tokens=0), {}, 400, "`max_tokens` must be a positive integer"),
+    ("/chat/completions", body(n=2), {}, 400, "`n` must be 1"),
     ("/chat/completions", body(), {"X-Tao-Class": "urgent"}, 400, "X-Tao-Class header must be one of"),
     ("/chat/completions", {**body(), "model": "gpt-9"}, {}, 404, "serves 'm'"),
     ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, {},
@@ -131,6 +132,19 @@ async def test_bad_input_gets_an_openai_error_saying_what_was_expected(
     error = answer.json()["error"]
     assert says in error["message"] and error["code"] == status and error["type"]
     assert not cosched.records  # nothing reached the co-scheduler
+
+
+async def test_a_prompt_too_long_for_the_engine_is_refused_with_the_reason() -> None:
+    engine = ReplayEngine(Recording([Turn("never")]), max_model_len=10)
+    cosched = CoScheduler(engine, FCFS())
+    long = {"messages": [{"role": "user", "content": "word " * 100}]}
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+        whole = await client.post("/chat/completions", json=long)
+        async with client.stream("POST", "/chat/completions", json={**long, "stream": True}) as streamed:
+            events = [event async for event in sse_events(streamed)]
+    assert whole.status_code == 400 and "context holds 10" in whole.json()["error"]["message"]
+    assert events[-1] == "[DONE]" and isinstance(events[0], dict) and "context holds 10" in events[0]["error"]["message"]
+    assert [r.action for r in cosched.records].count("end") == 2  # the co-scheduler's books are closed
 
 
 async def test_a_client_that_goes_away_mid_stream_aborts_its_request() -> None:
