@@ -19,7 +19,7 @@ from harness.coscheduler import FCFS, Pacing, Policy
 from harness.engine.api import Engine
 from harness.errors import UsageError
 from harness.session import SessionConfig
-from harness.swebench.batch import Batch, BatchConfig
+from harness.swebench.batch import Batch, BatchConfig, paced_by_gateway
 from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT
 from harness.swebench.instances import Instance, load_instances
 from harness.swebench.progress import BatchProgress
@@ -120,6 +120,9 @@ async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
         eval_command=args.eval_command, model_name=args.model_name, run_id=args.run_id,
         keep_worktrees=args.keep_worktrees)
     engine = await open_batch_engine(args, instances)
+    if paced_by_gateway(engine):
+        print(f"tao swebench: paced by tao serve ({engine.name}); --cosched, --knee, --kv-tokens and --max-wait are "
+              "the gateway's to set", file=sys.stderr)
     try:
         with BatchProgress(len(instances), 0, args.workers, sys.stderr) as progress:
             return await Batch(instances, engine, config, policy_from(args), progress).run()
