@@ -99,7 +99,7 @@ async def attach_server(options: EngineOptions) -> Engine | None:
     from harness.errors import EngineUnavailable
 
     try:
-        return await OpenAIEngine.connect(state.url, model=state.model, native_tools=False,
+        return await OpenAIEngine.connect(state.url, model=state.model,
                                           constrained=options.constrained, temperature=options.temperature,
                                           name=f"vllm:{Path(state.model).name} (paced by tao serve, pid {state.pid})",
                                           gateway=True)

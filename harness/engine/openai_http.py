@@ -89,8 +89,9 @@ class OpenAIEngine:
             elif ids and model not in ids:
                 raise EngineUnavailable(f"the server at {base} does not serve {model!r}; it serves {', '.join(ids)}")
             is_vllm = any(item.get("owned_by") == "vllm" for item in listed)
+            served = next((item for item in listed if item.get("id") == model), {})
             if native_tools is None:
-                native_tools = await _offers_native_tools(client, base, model) if is_vllm else True
+                native_tools = await _native_tools(client, base, model, served, is_vllm)
         except BaseException:
             await client.aclose()
             raise
@@ -98,7 +99,7 @@ class OpenAIEngine:
                      temperature=temperature, reasoning_tokens=reasoning_tokens,
                      name=name or f"openai:{model}" + (" (paced by tao serve)" if gateway or said_gateway else ""),
                      gateway=gateway or said_gateway)
-        window = next((item.get("max_model_len") for item in listed if item.get("id") == model), None)
+        window = served.get("max_model_len")
         engine.max_model_len = window if isinstance(window, int) and not isinstance(window, bool) else None
         return engine
 
@@ -148,7 +149,7 @@ class OpenAIEngine:
         if request.force is not None and self.is_vllm:
             body["structured_outputs"] = {"regex": literal_regex(request.force)}
             body["temperature"] = 0.0  # the same text then always takes the same tokens
-        elif request.tools and self.native_tools:
+        elif request.tools and (self.native_tools or self.gateway):  # a gateway's engine holds calls to the protocol
             body["tools"] = request.tools
         elif request.tools and self.constrained and self.is_vllm:
             body["structured_outputs"] = {"structural_tag": structural_tag_json(request.tools, self.reasoning_tokens)}
@@ -268,6 +269,16 @@ async def _list_models(client: httpx.AsyncClient, base: str) -> tuple[list[dict[
     if resp.status_code != 200:
         raise EngineUnavailable(f"GET {base}/models answered {resp.status_code}: {resp.text[:200]}")
     return list(resp.json().get("data") or []), resp.headers.get(GATEWAY_HEADER) == "1"
+
+
+async def _native_tools(client: httpx.AsyncClient, base: str, model: str, served: dict[str, Any],
+                        is_vllm: bool) -> bool:
+    """Whether the server returns tool calls itself: a tao gateway says so of its engine (`tao.native_tools` in
+    its model list), a vLLM server is asked, any other server is taken to (hosted APIs do)."""
+    said = served.get("tao")
+    if isinstance(said, dict) and isinstance(said.get("native_tools"), bool):
+        return said["native_tools"]
+    return await _offers_native_tools(client, base, model) if is_vllm else True
 
 
 async def _offers_native_tools(client: httpx.AsyncClient, base: str, model: str) -> bool:
