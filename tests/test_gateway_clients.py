@@ -21,15 +21,22 @@ from starlette.routing import Route
 
 from harness.calls.canonical import canonical
 from harness.cli import build_parser
-from harness.engine.api import LLMRequest
+from harness.coscheduler import FCFS, CoScheduler
+from harness.engine.api import Engine, LLMRequest
 from harness.engine.openai_http import OpenAIEngine
+from harness.engine.recorded import Recording, ReplayEngine, Turn
+from harness.gateway import serving
 from harness.hints import ToolHints
 from harness.launch import SessionOptions
 from harness.session import Session, SessionConfig
 from harness.speculation.prediction.latency import modelled_latency
+from harness.swebench.batch import Batch, BatchConfig
+from harness.swebench.instances import load_instances
+from harness.swebench.scripted import ScriptedEngine
 from harness.vocabulary import Traffic
 from sandbox import Workspace
 from tests.helpers import make_calc_repo
+from tests.test_swebench_data import make_dataset
 from tests.test_tui_support import TASK, event_types, isolated, until  # noqa: F401
 from tools import default_tools
 from tui.app import TaoApp
@@ -237,3 +244,64 @@ async def test_the_tui_shows_its_sessions_pacing_while_the_model_is_asked(isolat
     assert set(held_gateway.polls) == {session_id}
     assert {(c["headers"]["x-session-id"], c["headers"]["x-tao-class"]) for c in held_gateway.chats} == {
         (session_id, "interactive")}
+
+
+# -- against the real gateway (harness.gateway) in this process ----------------------------------------
+
+
+class HintedCoScheduler(CoScheduler):
+    """The gateway's co-scheduler, keeping each hint it was given (a hint's effect ends at the next request)."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__(engine, FCFS())
+        self.hints: list[tuple[str, float | None]] = []
+
+    def tool_started(self, session_id: str, expected: float | None) -> None:
+        self.hints.append((session_id, expected))
+        super().tool_started(session_id, expected)
+
+
+def text_call(name: str, **arguments: Any) -> Turn:
+    """A recorded text-protocol answer with one call (the embedded engine's kind of answer)."""
+    return Turn(f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>")
+
+
+async def test_sessions_on_the_gateway_are_told_apart_ranked_and_hinted(tmp_path: Path) -> None:
+    turns = [text_call("list_files"), text_call("finish", summary="listed")] * 2
+    cosched = HintedCoScheduler(ReplayEngine(Recording(turns)))
+    async with serving(cosched, "m") as url:
+        engine = await OpenAIEngine.connect(url)
+        assert engine.gateway and not engine.native_tools  # the gateway's engine speaks the text protocol
+        sessions = [Session(f"task {i}", engine, Workspace(make_calc_repo(tmp_path / str(i))), default_tools(),
+                            SessionConfig(max_steps=4)) for i in range(2)]
+        ends = [await session.run() for session in sessions]
+        pacing = await sessions[0].engine.pacing()  # type: ignore[attr-defined]
+        for _ in range(200):  # the hints are fire-and-forget: let them land
+            if len(cosched.hints) == 2:
+                break
+            await asyncio.sleep(0.05)
+        await engine.close()
+    ids = [session.session_id for session in sessions]
+    assert [end.status for end in ends] == ["finished", "finished"]
+    arrived = [r.session_id for r in cosched.records if r.action == "arrive"]
+    assert arrived == [ids[0], ids[0], ids[1], ids[1]]  # every request through the co-scheduler, told apart
+    assert [session for session, _ in cosched.hints] == ids
+    assert all(expected == modelled_latency(canonical("list_files", {})) for _, expected in cosched.hints)
+    assert pacing is not None and pacing["admitted"] is False and pacing["policy"] == "fcfs"
+
+
+async def test_a_batch_on_the_gateway_is_paced_there_one_session_per_instance(tmp_path: Path) -> None:
+    _, instances_file, scripts = make_dataset(tmp_path)
+    instances = load_instances(instances_file)
+    scripted = ScriptedEngine.from_dir(scripts, {i.task: i.instance_id for i in instances})
+    cosched = HintedCoScheduler(scripted)
+    async with serving(cosched, "m") as url:
+        engine = await OpenAIEngine.connect(url)
+        batch = Batch(instances, engine, BatchConfig(output=tmp_path / "out", repos=tmp_path / "repos", workers=2,
+                                                     speculation=False))
+        summary = await batch.run()
+        await engine.close()
+    sessions = {r.session_id for r in cosched.records}
+    ran = [r for r in summary["results"] if r["steps"] > 0]
+    assert summary["policy"] == "tao serve" and not batch.cosched.records  # no second co-scheduler in front
+    assert len(sessions) == len(ran) > 1  # each instance's session has its own id on the gateway
