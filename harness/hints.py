@@ -2,13 +2,14 @@
 `tao serve` can decide whether holding the session's place (and its cached prefix) is worth more than
 admitting another session.
 
-    hints = ToolHints(engine, root)                 # engines without `tool_started` get no hints
-    with hints.running(call.name, call.arguments):  # the hint goes out; the tool does not wait for it
-        observation = await run_tool(...)
+    hints = ToolHints(engine, root)                      # engines without `tool_started` get no hints
+    hints.started(call.name, call.arguments, head_start)  # the hint goes out; the tool does not wait for it
+    observation = await run_tool(...)
+    hints.ran(call.name, call.arguments, seconds)        # the next estimate of this call
 
 The expected duration is the time the same call took last in this session, else the latency model's figure
-for its kind (harness.speculation.prediction.latency). Hints are fire-and-forget: a slow or failed delivery
-never delays or breaks the tool.
+for its kind (harness.speculation.prediction.latency), less the head start a speculation of the call already
+has. Hints are fire-and-forget: a slow or failed delivery never delays or breaks the tool.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from harness.calls.canonical import canonical
@@ -44,22 +44,22 @@ class ToolHints:
             return None
         return modelled_latency(action, self._took.get(action.key, 0.0))
 
-    @contextlib.contextmanager
-    def running(self, name: str, arguments: dict[str, Any]) -> Iterator[None]:
-        """Around a tool's real run: hint that it starts, then remember how long it took."""
-        self.started(self.expected(name, arguments))
-        started = time.monotonic()
-        yield
-        with contextlib.suppress(Exception):
-            self._took[canonical(name, arguments, self._root).key] = time.monotonic() - started
-
-    def started(self, expected: float | None) -> None:
-        """Send the hint in the background (kept referenced until it is delivered or fails)."""
+    def started(self, name: str, arguments: dict[str, Any], head_start: float | None = None) -> None:
+        """The call starts now (`head_start`: seconds a speculation of it already ran): send the hint in the
+        background, kept referenced until it is delivered or fails."""
         if self._send is None:
             return
+        expected = self.expected(name, arguments)
+        if expected is not None and head_start is not None:
+            expected = max(0.0, expected - head_start)
         task = asyncio.get_running_loop().create_task(self._deliver(self._send, expected))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+
+    def ran(self, name: str, arguments: dict[str, Any], seconds: float) -> None:
+        """The call's real run took `seconds`: its next estimate."""
+        with contextlib.suppress(Exception):  # as in `expected`: a mangled call is not learned from
+            self._took[canonical(name, arguments, self._root).key] = seconds
 
     @staticmethod
     async def _deliver(send: Callable[[float | None], Awaitable[None]], expected: float | None) -> None:

@@ -297,6 +297,9 @@ class Session(BetweenTurns):
     async def execute(self, call: protocol.ParsedCall, tool: Tool) -> Observation:
         """The call's observation: a promoted speculation's, or a real run's."""
         speculation, promoted = self.active_speculation, None
+        ahead = None if speculation is None else self.guarded(
+            "timing the call", lambda: speculation.head_start(call.name, call.arguments))
+        self.hints.started(call.name, call.arguments, ahead)  # tao serve learns when the session will be back
         if speculation is not None:
             try:
                 promoted = await speculation.take(call)
@@ -305,8 +308,9 @@ class Session(BetweenTurns):
         warm = self.warm_up(call, tool) if promoted is None else None
         observation = promoted
         if observation is None:
-            with self.hints.running(call.name, call.arguments):  # tao serve learns when the session will be back
-                observation = await run_tool(tool, call.arguments, self.workspace)
+            ran = time.monotonic()
+            observation = await run_tool(tool, call.arguments, self.workspace)
+            self.hints.ran(call.name, call.arguments, time.monotonic() - ran)
         if warm is not None and self.observation is not None:
             self._provisional = await self.observation.settle(warm, observation.text)
         if tool.effect is Effect.MUTATING:

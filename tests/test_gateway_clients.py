@@ -185,7 +185,7 @@ async def test_a_session_hints_each_tool_start_with_its_expected_duration(gatewa
     assert hint["after_chats"] >= 1  # sent once the model had asked for the tool
 
 
-async def test_a_calls_expected_duration_is_its_last_run_once_it_has_run() -> None:
+async def test_a_calls_expected_duration_is_its_last_run_less_a_speculations_head_start() -> None:
     sent: list[float | None] = []
 
     async def tool_started(expected: float | None) -> None:
@@ -193,15 +193,16 @@ async def test_a_calls_expected_duration_is_its_last_run_once_it_has_run() -> No
 
     hints = ToolHints(type("Engine", (), {"tool_started": staticmethod(tool_started)})(), "/repo")
     call = ("bash", {"command": "python -m pytest -q"})
-    for _ in range(2):
-        with hints.running(*call):
-            await asyncio.sleep(0.01)
-    await asyncio.sleep(0)  # the hints go out in the background
-    await asyncio.sleep(0)
-    assert sent[0] == modelled_latency(canonical(*call)) and sent[1] != sent[0] and (sent[1] or 0) > 0
+    hints.started(*call)  # never run yet: the latency model's time for a test run
+    hints.ran(*call, 2.0)
+    hints.started(*call)  # its last run's time
+    hints.started(*call, head_start=0.5)  # a speculation of it has run for half a second already
+    hints.started(*call, head_start=5.0)  # ... or has run to its end
+    for _ in range(10):  # the hints go out in the background
+        await asyncio.sleep(0)
+    assert sent == [modelled_latency(canonical(*call)), 2.0, 1.5, 0.0]
     failing = ToolHints(type("Engine", (), {"tool_started": staticmethod(_fails)})(), "/repo")
-    with failing.running(*call):  # a hint that cannot be delivered never reaches the tool
-        pass
+    failing.started(*call)  # a hint that cannot be delivered is dropped without a word to the tool
     await asyncio.sleep(0)
 
 
