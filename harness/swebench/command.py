@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -94,7 +95,9 @@ async def open_batch_engine(args: argparse.Namespace, instances: list[Instance])
 
             inner = SimEngine(PROFILES[args.sim])
         elif args.engine != "replay":
-            inner = await open_engine(engine_options(argparse.Namespace(**{**vars(args), "replay": None})))
+            # not through a running tao serve: its API cannot force an answer (as for `tao run --replay FILE`)
+            options = engine_options(argparse.Namespace(**{**vars(args), "replay": None}))
+            inner = await open_engine(replace(options, attach=False))
         return ScriptedEngine.from_dir(args.replay, tasks, inner, args.seconds_per_token)
     if args.engine == "replay":
         raise UsageError("--engine replay in `tao swebench` needs --replay DIR: a folder with one "
