@@ -4,6 +4,7 @@ the Tao hint and pacing endpoints, bad input, and aborts. Fast tests use the rep
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ from harness.coscheduler import FCFS, CoScheduler, Pacing
 from harness.engine.api import Engine
 from harness.engine.recorded import Recording, ReplayEngine, Turn
 from harness.engine.sim import CPU, SimEngine
-from harness.gateway import serving
+from harness.gateway import policy_for, serving
 from tools import default_tools, tool_specs
 
 if TYPE_CHECKING:
@@ -186,6 +187,8 @@ async def test_real_engine_round_trip_streamed_and_not(vllm_engine: VLLMEngine) 
     streamed_text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     assert streamed_text.strip()
     assert [r.session_id for r in cosched.records if r.action == "arrive"] == ["a", "b"]
+    policy = policy_for(argparse.Namespace(policy="pacing", kv_tokens=None, knee=4, max_wait=60.0), vllm_engine)
+    assert isinstance(policy, Pacing) and policy.kv_tokens == vllm_engine.kv_tokens and policy.kv_tokens > 1000
 
 
 @pytest.mark.engine
