@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -115,6 +115,13 @@ def engine_status(engine: Any) -> dict[str, Any]:
     if load is None:
         return {"kv": None, "queued": None, "running": None}
     return {"kv": load.kv_usage, "queued": load.waiting, "running": load.running}
+
+
+def pacing_source(engine: Any) -> Callable[[], Awaitable[dict[str, Any] | None]] | None:
+    """How to ask `tao serve` where the session stands (its engine view's `pacing`); None where no gateway paces
+    the session (an engine in this process, a plain vLLM server, a replay)."""
+    pacing = getattr(engine, "pacing", None)
+    return pacing if getattr(engine, "gateway", False) is True and callable(pacing) else None
 
 
 def describe_engine(options: EngineOptions) -> str:

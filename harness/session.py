@@ -22,18 +22,19 @@ from typing import Any, TypeVar
 from harness import context, protocol
 from harness.approval import ApprovalPolicy, request_for
 from harness.between import BetweenTurns
-from harness.engine.api import Chunk, Engine, LLMRequest, Usage
+from harness.engine.api import Chunk, Engine, LLMRequest, Usage, for_session, rename_session
 from harness.errors import ContextTooLong, EngineError, Finished, Interrupted, LimitExceeded, SessionStop
 from harness.events import (Approval, ContextCompact, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken,
                             LLMStart, SessionEnd, SessionResume, SessionStart, SpecReady, SpecToggle, ToolCall,
                             ToolResult, TurnEnd, UserMessage)
+from harness.hints import ToolHints
 from harness.history import assistant_message, rebuild
 from harness.speculation.running.observation import ObservationSpeculator, Warm
 from harness.speculation.prediction.patterns import Analyzer, Partial
 from harness.speculation.prediction.prefix import args_prefix_of
 from harness.speculation.running.scheduler import Budget, Speculation, SpeculationScheduler, SpecState
 from harness.submission import git_diff
-from harness.vocabulary import DiscardReason, Moment, Status
+from harness.vocabulary import DiscardReason, Moment, Status, Traffic
 from sandbox import Workspace
 from tools import run_tool, tool_specs
 from tools.base import Effect, Observation, Tool
@@ -87,8 +88,11 @@ class Session(BetweenTurns):
         `warm` pre-fills the next prompt on a guessed observation while a slow tool runs; `provisional`
         also starts the next Think step on it (both need speculation and a prefix-caching engine).
         `approval` judges shell commands and edits before they run (None: all run). An `interactive` session waits
-        for follow-up messages (`send`) after each piece of work; `live_sinks` also get llm_delta events.
+        for follow-up messages (`send`) after each piece of work; `live_sinks` also get llm_delta events. On a
+        `tao serve` gateway the session has its own view of the engine, ranked interactive when a person is there.
         """
+        self.session_id = uuid.uuid4().hex[:12]
+        engine = for_session(engine, self.session_id, Traffic.INTERACTIVE if interactive else Traffic.BATCH)
         self.task, self.engine, self.workspace, self.config = task, engine, workspace, config
         self.tools = {tool.name: tool for tool in tools}
         self.sinks = list(sinks or [])
@@ -104,7 +108,7 @@ class Session(BetweenTurns):
         self.speculating = self.speculation is not None
         self._speculation_broke = False  # speculation failed once: off for good, the session goes on without it
         self.resumed: Outcome | None = None  # how the saved session had stopped, once restored
-        self.session_id = uuid.uuid4().hex[:12]
+        self.hints = ToolHints(engine, str(workspace.root))
         self.steps = 0
         self.output_tokens = 0
         self.prompt_tokens = 0
@@ -293,13 +297,20 @@ class Session(BetweenTurns):
     async def execute(self, call: protocol.ParsedCall, tool: Tool) -> Observation:
         """The call's observation: a promoted speculation's, or a real run's."""
         speculation, promoted = self.active_speculation, None
+        ahead = None if speculation is None else self.guarded(
+            "timing the call", lambda: speculation.head_start(call.name, call.arguments))
+        self.hints.started(call.name, call.arguments, ahead)  # tao serve learns when the session will be back
         if speculation is not None:
             try:
                 promoted = await speculation.take(call)
             except Exception as exc:  # noqa: BLE001 - see speculation_failed
                 self.speculation_failed("taking a result", exc)
         warm = self.warm_up(call, tool) if promoted is None else None
-        observation = promoted or await run_tool(tool, call.arguments, self.workspace)
+        observation = promoted
+        if observation is None:
+            ran = time.monotonic()
+            observation = await run_tool(tool, call.arguments, self.workspace)
+            self.hints.ran(call.name, call.arguments, time.monotonic() - ran)
         if warm is not None and self.observation is not None:
             self._provisional = await self.observation.settle(warm, observation.text)
         if tool.effect is Effect.MUTATING:
@@ -460,6 +471,7 @@ class Session(BetweenTurns):
         """Go on from a saved session: messages, steps and clock rebuilt from its trajectory's events."""
         history = rebuild(events, self.engine.native_tools)
         self.task, self.session_id = history.start.task, history.start.session_id
+        rename_session(self.engine, self.session_id)  # a gateway knows the session by its saved id
         self.messages = [self.messages[0], *history.messages]
         self.steps, self.output_tokens = history.steps, history.output_tokens
         self._t0 = time.monotonic() - history.last_t

@@ -1,6 +1,6 @@
 """The harness's shared words, each declared once: how a session ended, a speculation's lifecycle, the
-moments a call is predicted at, and why a speculation is thrown away. (A tool's effect class is the
-tools' own word: `tools.Effect`.)
+moments a call is predicted at, why a speculation is thrown away, and a session's class on `tao serve`.
+(A tool's effect class is the tools' own word: `tools.Effect`.)
 
 String enums where the word is written to events, so trajectories keep their bytes; `text` is what
 people read (the TUI, the logs, the `spec_discard` reason).
@@ -90,3 +90,12 @@ class DiscardReason(enum.Enum):
 
 
 _CUT = {DiscardReason.TAINTED: 500, DiscardReason.UNPROMOTABLE: 300, DiscardReason.UNMATCHED: 300}
+
+
+class Traffic(enum.StrEnum):
+    """A session's class as `tao serve` ranks it (header `X-Tao-Class`): a person waits on an interactive
+    session's every answer (the TUI, `tao run` on a terminal), on a batch session's only at the end
+    (`tao swebench`, `tao run` in CI or a script)."""
+
+    INTERACTIVE = "interactive"
+    BATCH = "batch"

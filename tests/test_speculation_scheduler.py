@@ -251,3 +251,13 @@ async def test_a_discarded_run_costs_the_cpu_it_used_not_the_time_it_waited(tmp_
     cost = {d.spec_id: d.cost for d in of(events, SpecDiscard)}
     assert cost[working.spec_id] >= 0.5
     assert cost[waiting.spec_id] < cost[working.spec_id] / 3  # it waited as long, on next to no CPU
+
+
+async def test_a_speculations_head_start_is_known_for_exactly_its_call(tmp_path: Path) -> None:
+    scheduler, _ = make(make_calc_repo(tmp_path), ("grep", {"pattern": "def "}))
+    assert scheduler.head_start("grep", {"pattern": "def "}) is None  # nothing launched yet
+    scheduler.launch("a", 1)
+    ahead = scheduler.head_start("grep", {"pattern": "def "})
+    assert ahead is not None and ahead >= 0  # the hint to tao serve says only what is left of the call
+    assert scheduler.head_start("grep", {"pattern": "def add"}) is None
+    await scheduler.close()

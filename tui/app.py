@@ -15,8 +15,10 @@ import multiprocessing
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -33,7 +35,7 @@ from harness.errors import TaoError, UsageError
 from harness.events import Event, SessionEnd, read_trajectory
 from harness.history import LAST, choose_session, load_saved
 from harness.interactive import (LiveSession, describe_engine, engine_status, killed_session, last_trajectory,
-                                 open_live_session, record_failed_start)
+                                 open_live_session, pacing_source, record_failed_start)
 from harness.launch import SessionOptions
 from harness.saved import PICK, SavedSession, repository_sessions
 from harness.paths import state_dir
@@ -304,11 +306,22 @@ class TaoApp(App[int]):
         if not self.screen_stack or not self.query(StatusBar):
             return
         load = engine_status(self.engine) if self.engine is not None else None
-        self.query_one(StatusBar).tick(time.monotonic(), load)
+        status = self.query_one(StatusBar)
+        status.tick(time.monotonic(), load)
+        pacing = pacing_source(self.live.session.engine) if self.live is not None else None
+        if pacing is not None and status.gauges.asking:
+            self.poll_pacing(pacing)  # at most once a second, and only while the session waits on the model
         if self.loader is not None and self.loader.is_running and self.engine is None:
             panel = self.query_one(OpeningPanel)
             panel.opening.seconds = time.monotonic() - self.loader_started
             panel.show()
+
+    @work(exclusive=True, group="pacing", exit_on_error=False)
+    async def poll_pacing(self, pacing: Callable[[], Awaitable[dict[str, Any] | None]]) -> None:
+        """Ask `tao serve` where the session stands and show it in the status bar (no answer: the last stays)."""
+        state = await pacing()
+        if state is not None and self.query(StatusBar):
+            self.query_one(StatusBar).show_pacing(state)
 
     # -- the user's side -----------------------------------------------------------------------------
 

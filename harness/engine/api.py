@@ -61,6 +61,20 @@ def engine_load(engine: object) -> EngineLoad | None:
     return load() if callable(load) else None
 
 
+def for_session(engine: Engine, session_id: str, traffic: str) -> Engine:
+    """The engine as one session sees it: a tao gateway's client gives each session its own view that sends the
+    session's id and class (`OpenAIEngine.for_session`); every other engine is shared as it is."""
+    view = getattr(engine, "for_session", None)
+    return view(session_id, traffic) if callable(view) else engine
+
+
+def rename_session(engine: Engine, session_id: str) -> None:
+    """Give a session's view (`for_session`) the session's new id: a resumed session keeps its saved one."""
+    rename = getattr(engine, "rename", None)
+    if callable(rename):
+        rename(session_id)
+
+
 class Engine(Protocol):
     """Anything that turns a request into a stream of chunks."""
 

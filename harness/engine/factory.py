@@ -87,7 +87,8 @@ def load_forced(path: Path) -> Recording:
 
 
 async def attach_server(options: EngineOptions) -> Engine | None:
-    """An engine over the running `tao serve` server for this model, or None when there is none."""
+    """An engine over the running `tao serve` gateway for this model, or None when there is none. Its requests then
+    say whose they are and how they rank, and its co-scheduler paces them with everyone else's on the machine."""
     from harness.engine.embedded_model import model_key
     from harness.engine.server import running_server
 
@@ -98,9 +99,10 @@ async def attach_server(options: EngineOptions) -> Engine | None:
     from harness.errors import EngineUnavailable
 
     try:
-        return await OpenAIEngine.connect(state.url, model=state.model, native_tools=False,
+        return await OpenAIEngine.connect(state.url, model=state.model,
                                           constrained=options.constrained, temperature=options.temperature,
-                                          name=f"vllm:{Path(state.model).name} (tao serve, pid {state.pid})")
+                                          name=f"vllm:{Path(state.model).name} (paced by tao serve, pid {state.pid})",
+                                          gateway=True)
     except EngineUnavailable:
         return None
 

@@ -4,12 +4,19 @@ Native tool calls are used where the server offers them (vLLM started with --ena
 and --tool-call-parser, or a hosted API); otherwise tool calls travel in the text protocol, and on a
 vLLM server the same call constraint as the in-process engine is sent as `structured_outputs`.
 Aborting a request closes its HTTP stream, which makes vLLM abort it in the engine.
+
+On a tao gateway (`tao serve`: its responses carry `X-Tao-Gateway: 1`) every request says whose it is
+(`X-Session-Id`) and how it ranks (`X-Tao-Class`); `for_session` gives each session its own view of one
+connection, `tool_started` tells the gateway's co-scheduler when the session will be back, `pacing` asks
+where the session stands.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import time
+import uuid
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -18,10 +25,13 @@ import httpx
 from harness.engine.api import Chunk, LLMRequest, Usage
 from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
 from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
+from harness.vocabulary import Traffic
 
 CONNECT_TIMEOUT = 2.0
 ABORTED_KEPT = 1024
 READ_TIMEOUT = 900.0  # a long prompt's prefill on a CPU can take minutes before the first byte
+HINT_TIMEOUT = 1.0  # a gateway's hint and pacing answers are local bookkeeping: quick, or not worth waiting for
+GATEWAY_HEADER = "X-Tao-Gateway"
 _PROBE_TOOL = {"type": "function", "function": {"name": "noop", "description": "Does nothing.",
                                                 "parameters": {"type": "object", "properties": {}}}}
 
@@ -38,7 +48,8 @@ class OpenAIEngine:
     """Streams chat completions from a running server; create it with `await OpenAIEngine.connect(...)`."""
 
     def __init__(self, client: httpx.AsyncClient, base_url: str, model: str, *, native_tools: bool,
-                 is_vllm: bool, constrained: bool, temperature: float, reasoning_tokens: int, name: str) -> None:
+                 is_vllm: bool, constrained: bool, temperature: float, reasoning_tokens: int, name: str,
+                 gateway: bool = False) -> None:
         self._client = client
         self.base_url = base_url
         self.model = model
@@ -53,18 +64,23 @@ class OpenAIEngine:
         self._aborted: dict[str, None] = {}  # an ordered set, trimmed to ABORTED_KEPT ids
         self._send_priority = is_vllm
         self.max_model_len: int | None = None  # the context window, when the server lists it (vLLM does)
+        self.gateway = gateway  # a tao gateway (`tao serve`): requests carry the session's id and class
+        self.session_id = uuid.uuid4().hex[:12]  # the gateway's name for this engine's session (`for_session`)
+        self.traffic = Traffic.BATCH
+        self._shared = False  # a session's view: the connection is its engine's, closed by it
 
     @classmethod
     async def connect(cls, base_url: str, *, model: str | None = None, native_tools: bool | None = None,
                       constrained: bool = True, temperature: float = 0.6,
                       reasoning_tokens: int = REASONING_TOKENS, api_key: str | None = None,
-                      name: str | None = None) -> OpenAIEngine:
-        """Check the server answers and pick the model; `native_tools=None` asks the server."""
+                      name: str | None = None, gateway: bool = False) -> OpenAIEngine:
+        """Check the server answers and pick the model; `native_tools=None` asks the server. `gateway`: the server
+        is known to be a tao gateway (found through `tao serve`'s state file); else its answer says whether."""
         base = normalize_base_url(base_url)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT))
         try:
-            listed = await _list_models(client, base)
+            listed, said_gateway = await _list_models(client, base)
             ids: list[str] = [item["id"] for item in listed if isinstance(item.get("id"), str)]
             if model is None:
                 if not ids:
@@ -73,16 +89,57 @@ class OpenAIEngine:
             elif ids and model not in ids:
                 raise EngineUnavailable(f"the server at {base} does not serve {model!r}; it serves {', '.join(ids)}")
             is_vllm = any(item.get("owned_by") == "vllm" for item in listed)
+            served = next((item for item in listed if item.get("id") == model), {})
             if native_tools is None:
-                native_tools = await _offers_native_tools(client, base, model) if is_vllm else True
+                native_tools = await _native_tools(client, base, model, served, is_vllm)
         except BaseException:
             await client.aclose()
             raise
         engine = cls(client, base, model, native_tools=native_tools, is_vllm=is_vllm, constrained=constrained,
-                     temperature=temperature, reasoning_tokens=reasoning_tokens, name=name or f"openai:{model}")
-        window = next((item.get("max_model_len") for item in listed if item.get("id") == model), None)
+                     temperature=temperature, reasoning_tokens=reasoning_tokens,
+                     name=name or f"openai:{model}" + (" (paced by tao serve)" if gateway or said_gateway else ""),
+                     gateway=gateway or said_gateway)
+        window = served.get("max_model_len")
         engine.max_model_len = window if isinstance(window, int) and not isinstance(window, bool) else None
         return engine
+
+    def for_session(self, session_id: str, traffic: str) -> OpenAIEngine:
+        """This engine as one session sees it: the same connection, the session's id and class on its requests.
+        Closing the view leaves the connection open (the engine's owner closes it)."""
+        view = copy.copy(self)  # shares the client and the books of open and aborted requests
+        view.session_id, view.traffic, view._shared = session_id, Traffic(traffic), True
+        return view
+
+    def rename(self, session_id: str) -> None:
+        """Send `session_id` from now on (a resumed session goes on under its saved id)."""
+        self.session_id = session_id
+
+    def headers(self) -> dict[str, str]:
+        """The headers that tell a tao gateway whose request this is and how it ranks; none for other servers."""
+        return {"X-Session-Id": self.session_id, "X-Tao-Class": str(self.traffic)} if self.gateway else {}
+
+    async def tool_started(self, expected: float | None) -> None:
+        """Tell the gateway this session's tool started and should take `expected` seconds (None: unknown), so
+        its co-scheduler can hold the session's place; a hint, so a failure to deliver it is ignored."""
+        if not self.gateway:
+            return
+        body = {"session": self.session_id, "event": "tool_start", "expected_seconds": expected}
+        try:
+            await self._client.post(f"{self.base_url}/tao/hint", json=body, timeout=HINT_TIMEOUT)
+        except httpx.HTTPError:
+            pass
+
+    async def pacing(self) -> dict[str, Any] | None:
+        """Where this session stands on the gateway (admitted, or waiting how long at which place, sessions
+        active, KV in use, the policy); None off a gateway or when it does not answer."""
+        if not self.gateway:
+            return None
+        try:
+            resp = await self._client.get(f"{self.base_url}/tao/pacing/{self.session_id}", timeout=HINT_TIMEOUT)
+            state = resp.json() if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return state if isinstance(state, dict) else None
 
     def body(self, request: LLMRequest) -> dict[str, Any]:
         """The chat completion request body."""
@@ -92,7 +149,7 @@ class OpenAIEngine:
         if request.force is not None and self.is_vllm:
             body["structured_outputs"] = {"regex": literal_regex(request.force)}
             body["temperature"] = 0.0  # the same text then always takes the same tokens
-        elif request.tools and self.native_tools:
+        elif request.tools and (self.native_tools or self.gateway):  # a gateway's engine holds calls to the protocol
             body["tools"] = request.tools
         elif request.tools and self.constrained and self.is_vllm:
             body["structured_outputs"] = {"structural_tag": structural_tag_json(request.tools, self.reasoning_tokens)}
@@ -117,8 +174,10 @@ class OpenAIEngine:
         calls: dict[int, dict[str, Any]] = {}
         try:
             url = f"{self.base_url}/chat/completions"
-            async with self._client.stream("POST", url, json=self.body(request)) as resp:
+            async with self._client.stream("POST", url, json=self.body(request), headers=self.headers()) as resp:
                 self._responses[rid] = resp
+                if resp.headers.get(GATEWAY_HEADER) == "1" and not self.gateway:
+                    self.gateway = True  # a gateway that said so only now: the next requests say whose they are
                 if resp.status_code != 200:
                     await self._raise_for_status(resp, request)
                 async for line in resp.aiter_lines():
@@ -191,15 +250,17 @@ class OpenAIEngine:
             await resp.aclose()
 
     async def close(self) -> None:
-        """Close the HTTP client (the server keeps running)."""
-        await self._client.aclose()
+        """Close the HTTP client (the server keeps running); a session's view leaves it to the engine's owner."""
+        if not self._shared:
+            await self._client.aclose()
 
 
 class _RetryWithoutPriority(Exception):
     """The server rejected `priority`; send the request again without it."""
 
 
-async def _list_models(client: httpx.AsyncClient, base: str) -> list[dict[str, Any]]:
+async def _list_models(client: httpx.AsyncClient, base: str) -> tuple[list[dict[str, Any]], bool]:
+    """The served models, and whether the server is a tao gateway."""
     try:
         resp = await client.get(f"{base}/models", timeout=CONNECT_TIMEOUT * 2)
     except httpx.TransportError as exc:
@@ -207,7 +268,17 @@ async def _list_models(client: httpx.AsyncClient, base: str) -> list[dict[str, A
                                 "one with `tao serve` or `vllm serve MODEL`, or check --base-url") from None
     if resp.status_code != 200:
         raise EngineUnavailable(f"GET {base}/models answered {resp.status_code}: {resp.text[:200]}")
-    return list(resp.json().get("data") or [])
+    return list(resp.json().get("data") or []), resp.headers.get(GATEWAY_HEADER) == "1"
+
+
+async def _native_tools(client: httpx.AsyncClient, base: str, model: str, served: dict[str, Any],
+                        is_vllm: bool) -> bool:
+    """Whether the server returns tool calls itself: a tao gateway says so of its engine (`tao.native_tools` in
+    its model list), a vLLM server is asked, any other server is taken to (hosted APIs do)."""
+    said = served.get("tao")
+    if isinstance(said, dict) and isinstance(said.get("native_tools"), bool):
+        return said["native_tools"]
+    return await _offers_native_tools(client, base, model) if is_vllm else True
 
 
 async def _offers_native_tools(client: httpx.AsyncClient, base: str, model: str) -> bool:

@@ -1,5 +1,6 @@
 """The batch runner: N workers take instances from a queue, each in its own worktree, all sessions on
-one engine through the co-scheduler.
+one engine through the co-scheduler: its own, or on a `tao serve` gateway the gateway's (which paces the
+batch with every other session on the machine; a second co-scheduler in front of it would only add a queue).
 
 Nothing done is lost: an instance's outputs are written as it finishes, each file atomically, and
 `result.json` last, so its presence means the instance is done; preds.jsonl, preds.json and the run
@@ -44,6 +45,14 @@ from harness.swebench.worktrees import SetupError, add_worktree, find_clone, rem
 from harness.vocabulary import Status
 from sandbox import Workspace
 from tools import DEFAULT_TEST_TIMEOUT, default_tools
+
+
+GATEWAY_POLICY = "tao serve"  # the summary's policy when the gateway's co-scheduler paces the batch
+
+
+def paced_by_gateway(engine: Engine) -> bool:
+    """True when the engine is a `tao serve` gateway's client: the gateway paces, each session its own view."""
+    return getattr(engine, "gateway", False) is True
 
 
 @dataclass(frozen=True)
@@ -142,6 +151,7 @@ class Batch:
     def __post_init__(self) -> None:
         self.layout = Layout(self.config.output)
         self.cosched = CoScheduler(self.engine, self.policy)
+        self.paced_by_gateway = paced_by_gateway(self.engine)
         self.results: dict[str, dict[str, Any]] = {}
         self.reports: dict[str, dict[str, Any]] = {}
         self._write_lock = asyncio.Lock()
@@ -257,8 +267,9 @@ class Batch:
             # no approval policy (nobody to ask: every call runs) and no provisional step, as batch runs always had
             options = SessionOptions(config=self.config.session, approvals=None, warm=self.config.warm,
                                      provisional=False)
-            end: SessionEnd = await open_session(options, instance.task, self.cosched.engine_for(instance.instance_id),
-                                                 workspace, sinks, tools=tools, analyzer=analyzer).run()
+            engine = self.engine if self.paced_by_gateway else self.cosched.engine_for(instance.instance_id)
+            end: SessionEnd = await open_session(options, instance.task, engine, workspace, sinks, tools=tools,
+                                                 analyzer=analyzer).run()
         finally:
             writer.close()
             workspace.close()
@@ -332,7 +343,8 @@ class Batch:
             "session_seconds": round(sum(r.get("seconds", 0.0) for r in ordered), 3),
             "wall_seconds": round(wall, 3),  # of this run (a resumed run counts from its own start)
             "speculation": {k: round(v, 3) for k, v in spec.items()},
-            "workers": self.config.workers, "engine": self.engine.name, "policy": self.policy.name,
+            "workers": self.config.workers, "engine": self.engine.name,
+            "policy": GATEWAY_POLICY if self.paced_by_gateway else self.policy.name,
             "speculation_on": self.config.speculation, "model_name_or_path": self.config.model_name,
             "results": [{"instance_id": r["instance_id"], "status": r["status"], "reason": r["reason"],
                          "steps": r.get("steps", 0), "seconds": r.get("seconds", 0.0), "resolved": r.get("resolved"),

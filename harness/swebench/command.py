@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from harness.coscheduler import FCFS, Pacing, Policy
 from harness.engine.api import Engine
 from harness.errors import UsageError
 from harness.session import SessionConfig
-from harness.swebench.batch import Batch, BatchConfig
+from harness.swebench.batch import Batch, BatchConfig, paced_by_gateway
 from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT
 from harness.swebench.instances import Instance, load_instances
 from harness.swebench.progress import BatchProgress
@@ -94,7 +95,9 @@ async def open_batch_engine(args: argparse.Namespace, instances: list[Instance])
 
             inner = SimEngine(PROFILES[args.sim])
         elif args.engine != "replay":
-            inner = await open_engine(engine_options(argparse.Namespace(**{**vars(args), "replay": None})))
+            # not through a running tao serve: its API cannot force an answer (as for `tao run --replay FILE`)
+            options = engine_options(argparse.Namespace(**{**vars(args), "replay": None}))
+            inner = await open_engine(replace(options, attach=False))
         return ScriptedEngine.from_dir(args.replay, tasks, inner, args.seconds_per_token)
     if args.engine == "replay":
         raise UsageError("--engine replay in `tao swebench` needs --replay DIR: a folder with one "
@@ -120,6 +123,9 @@ async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
         eval_command=args.eval_command, model_name=args.model_name, run_id=args.run_id,
         keep_worktrees=args.keep_worktrees)
     engine = await open_batch_engine(args, instances)
+    if paced_by_gateway(engine):
+        print(f"tao swebench: paced by tao serve ({engine.name}); --cosched, --knee, --kv-tokens and --max-wait are "
+              "the gateway's to set", file=sys.stderr)
     try:
         with BatchProgress(len(instances), 0, args.workers, sys.stderr) as progress:
             return await Batch(instances, engine, config, policy_from(args), progress).run()

@@ -400,6 +400,13 @@ class SpeculationScheduler:
             if spec.candidate.name != name:
                 self._discard(spec, DiscardReason.OTHER_TOOL, name=name)
 
+    def head_start(self, name: str, arguments: dict[str, Any]) -> float | None:
+        """Seconds a speculation of exactly this call has already run (all of its run, if it ended); None when
+        none has. What is left of the call's time is then the time it takes, less this."""
+        exact = exact_call(name, arguments)
+        spec = next((s for s in self.specs.values() if s.exact == exact), None)
+        return None if spec is None else (spec.finished or time.monotonic()) - spec.started
+
     def discard_all(self, reason: DiscardReason, **details: object) -> None:
         """Throw away every live speculation (the workspace is about to change, or the session ends)."""
         for spec in list(self.specs.values()):

@@ -1,5 +1,5 @@
-"""The status bar: the engine and its load (where it reports one), the session's step, time and tokens, how full
-the model's context window is (engines that know theirs), and what runs."""
+"""The status bar: the engine and its load (where it reports one), the session's own pacing on `tao serve`, the
+session's step, time and tokens, how full the model's context window is (engines that know theirs), and what runs."""
 
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ class Gauges:
     started: float | None = None  # monotonic time the session (or its resumed part) started
     offset: float = 0.0  # seconds a resumed session had already run
     engine_load: dict[str, Any] = field(default_factory=dict)
-    pacing: str | None = None  # the co-scheduler's state, once one reports it
+    pacing: str | None = None  # the co-scheduler's state, once one reports it (`pacing_text`)
+    asking: bool = False  # a model request of the session's is pending (the only time its pacing is asked for)
     context: float | None = None  # share of the model's window the last prompt filled; None: window unknown
 
 
@@ -58,8 +59,9 @@ class StatusBar(Static):
             case UserMessage():
                 gauges.activity = "working"
             case LLMStart():
-                gauges.step, gauges.activity = event.step, "thinking"
+                gauges.step, gauges.activity, gauges.asking = event.step, "thinking", True
             case LLMEnd():
+                gauges.asking = False
                 gauges.tokens += event.output_tokens
                 if event.decode_seconds:
                     gauges.tokens_per_second = event.output_tokens / event.decode_seconds
@@ -74,11 +76,11 @@ class StatusBar(Static):
             case Approval():
                 gauges.activity = "running bash" if event.decision == "allow" else "working"
             case Interrupt():
-                gauges.activity = "interrupted"
+                gauges.activity, gauges.asking = "interrupted", False
             case TurnEnd():
-                gauges.activity = "waiting for you"
+                gauges.activity, gauges.asking = "waiting for you", False
             case SessionEnd():
-                gauges.activity = f"ended: {event.status}"
+                gauges.activity, gauges.asking = f"ended: {event.status}", False
         self.tick(now)
 
     def tick(self, now: float, engine_load: dict[str, Any] | None = None) -> None:
@@ -86,6 +88,11 @@ class StatusBar(Static):
         self._now = now
         if engine_load is not None:
             self.gauges.engine_load = engine_load
+        self.update(self.line())
+
+    def show_pacing(self, state: dict[str, Any]) -> None:
+        """Redraw with the session's pacing as `tao serve` reported it (`GET /v1/tao/pacing/{session}`)."""
+        self.gauges.pacing = pacing_text(state)
         self.update(self.line())
 
     def line(self) -> Text:
@@ -114,6 +121,25 @@ class StatusBar(Static):
             text.append(value + "  ", style="bold")
         text.append(gauges.activity, style="italic")
         return text
+
+
+def pacing_text(state: dict[str, Any]) -> str:
+    """A session's pacing in words: "admitted" or "waiting N s at position k" (else "idle", between requests),
+    then the sessions active and the KV cache in use, where the gateway says."""
+    waited, position = state.get("waited"), state.get("position")
+    if state.get("admitted"):
+        text = "admitted"
+    elif isinstance(position, int):
+        text = (f"waiting {waited:.0f} s at position {position}" if isinstance(waited, (int, float))
+                else f"waiting at position {position}")
+    else:
+        text = "idle"
+    sessions, kv = state.get("sessions"), state.get("kv_usage")
+    if isinstance(sessions, int):
+        text += f", {sessions} session{'' if sessions == 1 else 's'} active"
+    if isinstance(kv, (int, float)):
+        text += f", kv {kv:.0%}"
+    return text
 
 
 def _dash(value: Any) -> str:
