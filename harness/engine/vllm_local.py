@@ -116,6 +116,12 @@ class VLLMEngine:
         self._load: EngineLoad = getattr(llm, "tao_load", EngineLoad())
         self._grammars: dict[str, str] = {}  # tool specs JSON -> structural tag JSON
 
+    @property
+    def kv_tokens(self) -> int | None:
+        """The KV cache's size in tokens, as the engine core allocated it (None before it said)."""
+        blocks = self._llm.vllm_config.cache_config.num_gpu_blocks
+        return blocks * self.block_size if blocks else None
+
     def load(self) -> EngineLoad:
         """The scheduler's counts after its last step: requests running and waiting, KV cache in use.
 

@@ -1,0 +1,218 @@
+"""The `tao serve` gateway over real sockets: the OpenAI API round trip (streamed and not, tools, session ids),
+the Tao hint and pacing endpoints, bad input, and aborts. Fast tests use the replay and simulated engines;
+`@pytest.mark.engine` tests go through the real vLLM engine."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import httpx
+import pytest
+
+from harness import protocol
+from harness.coscheduler import FCFS, CoScheduler, Pacing
+from harness.engine.api import Engine
+from harness.engine.recorded import Recording, ReplayEngine, Turn
+from harness.engine.sim import CPU, SimEngine
+from harness.gateway import policy_for, serving
+from tools import default_tools, tool_specs
+
+if TYPE_CHECKING:
+    from harness.engine.vllm_local import VLLMEngine
+
+SPECS = tool_specs(default_tools())
+CALL = {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}
+
+
+def replay(turns: int = 4) -> ReplayEngine:
+    """A replay engine whose every turn says a few words and makes one native call."""
+    return ReplayEngine(Recording([Turn("Reading the file now.", [CALL]) for _ in range(turns)]))
+
+
+async def sse_events(response: httpx.Response) -> AsyncIterator[dict[str, Any] | str]:
+    """The `data:` payloads of a server-sent event stream, JSON decoded except `[DONE]`."""
+    async for line in response.aiter_lines():
+        if line.startswith("data: "):
+            data = line.removeprefix("data: ")
+            yield data if data == "[DONE]" else json.loads(data)
+
+
+def body(**extra: Any) -> dict[str, Any]:
+    """A small chat completion body."""
+    return {"model": "m", "messages": [{"role": "user", "content": "Read a.py."}], **extra}
+
+
+async def test_round_trip_streamed_and_not_with_native_tool_calls() -> None:
+    cosched = CoScheduler(replay(), FCFS())
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+        health = await client.get(url.removesuffix("/v1") + "/health")
+        assert health.status_code == 200 and health.text == "ok" and health.headers["x-tao-gateway"] == "1"
+        models = (await client.get("/models")).json()
+        assert [m["id"] for m in models["data"]] == ["m"] and models["data"][0]["tao"]["native_tools"] is True
+
+        done = await client.post("/chat/completions", json=body(tools=SPECS, max_tokens=50))
+        assert done.status_code == 200 and done.headers["x-tao-gateway"] == "1"
+        answer = done.json()
+        choice = answer["choices"][0]
+        assert answer["object"] == "chat.completion" and choice["finish_reason"] == "tool_calls"
+        assert choice["message"]["content"] == "Reading the file now."
+        assert choice["message"]["tool_calls"] == [CALL]
+        assert answer["usage"]["prompt_tokens_details"] == {"cached_tokens": 0}
+        usage = answer["usage"]
+        assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+        async with client.stream("POST", "/chat/completions", json=body(tools=SPECS, stream=True)) as streamed:
+            assert streamed.headers["content-type"].startswith("text/event-stream")
+            events = [event async for event in sse_events(streamed)]
+    assert events[-1] == "[DONE]"
+    chunks = [e for e in events if isinstance(e, dict)]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
+    assert deltas[0]["role"] == "assistant"
+    assert "".join(d.get("content", "") for d in deltas) == "Reading the file now."
+    calls = [call for d in deltas for call in d.get("tool_calls", [])]
+    assert calls == [{**CALL, "index": 0}]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "tool_calls"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
+    assert [r.action for r in cosched.records].count("admit") == 2  # both went through the co-scheduler
+
+
+async def test_sessions_are_told_apart_by_header_then_user_then_fresh_ids() -> None:
+    cosched = CoScheduler(replay(4), FCFS())
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/chat/completions", json=body(user="from-user"), headers={"X-Session-Id": "from-header"})
+        await client.post("/chat/completions", json=body(user="from-user"))
+        await client.post("/chat/completions", json=body())
+        await client.post("/chat/completions", json=body())
+    sessions = [r.session_id for r in cosched.records if r.action == "arrive"]
+    assert sessions[:2] == ["from-header", "from-user"]
+    assert len(set(sessions[2:])) == 2 and all(s.startswith("anon-") for s in sessions[2:])
+    assert set(cosched.sessions) == set(sessions)
+
+
+async def test_hint_reaches_the_coscheduler_and_pacing_says_where_a_session_stands() -> None:
+    cosched = CoScheduler(replay(), Pacing(knee=2, kv_tokens=10_000, max_wait=60.0))
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+        await client.post("/chat/completions", json=body(), headers={"X-Session-Id": "s1"})
+        hint = await client.post("/tao/hint", json={"session": "s1", "event": "tool_start", "expected_seconds": 2.5})
+        assert hint.status_code == 204 and hint.headers["x-tao-gateway"] == "1"
+        assert cosched.sessions["s1"].tool_expected == 2.5 and cosched.sessions["s1"].tool_started is not None
+        unknown = await client.post("/tao/hint", json={"session": "s2", "event": "tool_start",
+                                                       "expected_seconds": None})
+        assert unknown.status_code == 204 and cosched.sessions["s2"].tool_expected is None
+        pacing = (await client.get("/tao/pacing/s1")).json()
+    assert pacing == {"admitted": False, "waited": None, "position": None, "sessions": 0, "kv_usage": None,
+                      "policy": "pacing"}
+
+
+@pytest.mark.parametrize(("path", "sent", "headers", "status", "says"), [
+    ("/chat/completions", b"not json", {}, 400, "not JSON"),
+    ("/chat/completions", {"model": "m"}, {}, 400, "`messages` must be a non-empty list"),
+    ("/chat/completions", body(tools=[{"type": "function"}]), {}, 400, "`tools` must be a list"),
+    ("/chat/completions", body(max_tokens=0), {}, 400, "`max_tokens` must be a positive integer"),
+    ("/chat/completions", body(), {"X-Tao-Class": "urgent"}, 400, "X-Tao-Class header must be one of"),
+    ("/chat/completions", {**body(), "model": "gpt-9"}, {}, 404, "serves 'm'"),
+    ("/chat/completions", {"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, {},
+     400, "only text parts"),
+    ("/tao/hint", {"session": "s", "event": "tool_end"}, {}, 400, '"event": "tool_start"'),
+    ("/tao/hint", {"session": "s", "event": "tool_start", "expected_seconds": "soon"}, {}, 400, "non-negative"),
+])
+async def test_bad_input_gets_an_openai_error_saying_what_was_expected(
+        path: str, sent: object, headers: dict[str, str], status: int, says: str) -> None:
+    cosched = CoScheduler(replay(), FCFS())
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+        content = sent if isinstance(sent, bytes) else json.dumps(sent).encode()
+        answer = await client.post(path, content=content, headers={"Content-Type": "application/json", **headers})
+    assert answer.status_code == status and answer.headers["x-tao-gateway"] == "1"
+    error = answer.json()["error"]
+    assert says in error["message"] and error["code"] == status and error["type"]
+    assert not cosched.records  # nothing reached the co-scheduler
+
+
+async def test_a_client_that_goes_away_mid_stream_aborts_its_request() -> None:
+    engine = SimEngine(CPU)
+    cosched = CoScheduler(engine, FCFS())
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+        async with client.stream("POST", "/chat/completions", json=body(stream=True, max_tokens=5000)) as streamed:
+            async for event in sse_events(streamed):
+                if isinstance(event, dict) and event["choices"][0]["delta"].get("content"):
+                    break  # the first token came: hang up
+        while not any(r.action == "end" for r in cosched.records):
+            await asyncio.sleep(0.01)
+    assert engine.stats.aborted == 1 and not engine.running and engine.stats.output_tokens < 5000
+
+
+async def test_a_non_streamed_request_is_aborted_when_its_client_goes_away() -> None:
+    engine = SimEngine(CPU)
+    cosched = CoScheduler(engine, FCFS())
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+        request = asyncio.create_task(client.post("/chat/completions", json=body(max_tokens=5000)))
+        while not engine.stats.output_tokens:
+            await asyncio.sleep(0.01)
+        request.cancel()  # closes the connection
+        while not any(r.action == "end" for r in cosched.records):
+            await asyncio.sleep(0.01)
+    assert engine.stats.aborted == 1 and not engine.running
+
+
+# -- the real engine ---------------------------------------------------------------------------------
+
+
+@pytest.mark.engine
+async def test_real_engine_round_trip_streamed_and_not(vllm_engine: VLLMEngine) -> None:
+    cosched = CoScheduler(vllm_engine, FCFS())
+    messages = [{"role": "system", "content": protocol.render_system_prompt(SPECS, "/work/calc")},
+                {"role": "user", "content": "Run the tests."}]
+    request = {"model": "smol", "messages": messages, "tools": SPECS, "max_tokens": 320}
+    async with serving(cosched, "smol") as url, httpx.AsyncClient(base_url=url, timeout=600) as client:
+        models = (await client.get("/models")).json()
+        assert models["data"][0]["id"] == "smol" and models["data"][0]["max_model_len"] == vllm_engine.max_model_len
+        whole = (await client.post("/chat/completions", json=request, headers={"X-Session-Id": "a"})).json()
+        streamed_body = {**request, "stream": True, "user": "b"}
+        async with client.stream("POST", "/chat/completions", json=streamed_body) as streamed:
+            events = [event async for event in sse_events(streamed)]
+    text = whole["choices"][0]["message"]["content"]
+    parser = protocol.CallParser()  # the engine speaks the text protocol: the tools constrained it to one call
+    parser.feed(text)
+    parser.finish()
+    assert len(parser.calls) == 1 and not parser.errors, text
+    assert whole["usage"]["prompt_tokens"] > 1000 and whole["usage"]["completion_tokens"] > 0
+    chunks = [e for e in events if isinstance(e, dict)]
+    assert events[-1] == "[DONE]" and len(chunks) > 3
+    assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 1000  # the same prompt, from the cache
+    streamed_text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
+    assert streamed_text.strip()
+    assert [r.session_id for r in cosched.records if r.action == "arrive"] == ["a", "b"]
+    policy = policy_for(argparse.Namespace(policy="pacing", kv_tokens=None, knee=4, max_wait=60.0), vllm_engine)
+    assert isinstance(policy, Pacing) and policy.kv_tokens == vllm_engine.kv_tokens and policy.kv_tokens > 1000
+
+
+@pytest.mark.engine
+async def test_real_engine_interactive_request_overtakes_queued_batch_requests(vllm_engine: Engine) -> None:
+    cosched = CoScheduler(vllm_engine, Pacing(knee=1, kv_tokens=20_000, max_wait=600.0))
+    story = [{"role": "user", "content": "Tell a story about a lighthouse."}]
+
+    async def ask(client: httpx.AsyncClient, session: str, kind: str) -> None:
+        answer = await client.post("/chat/completions", json={"messages": story, "max_tokens": 48},
+                                   headers={"X-Session-Id": session, "X-Tao-Class": kind})
+        assert answer.status_code == 200, answer.text
+
+    def arrived(session: str) -> bool:
+        return any(r.action == "arrive" and r.session_id == session for r in cosched.records)
+
+    async with serving(cosched, "smol") as url, httpx.AsyncClient(base_url=url, timeout=600) as client:
+        batch = [asyncio.create_task(ask(client, f"batch-{i}", "batch")) for i in range(3)]
+        while not all(arrived(f"batch-{i}") for i in range(3)):
+            await asyncio.sleep(0.01)
+        await asyncio.gather(*batch, ask(client, "person", "interactive"))
+    person = next(r for r in cosched.records if r.session_id == "person" and r.action == "arrive")
+    before = {r.request_id for r in cosched.records[:cosched.records.index(person)] if r.action == "admit"}
+    queued = {r.request_id for r in cosched.records if r.action == "arrive" and r.request_id not in before} - {
+        person.request_id}
+    assert queued, "no batch request was still waiting when the interactive one came"
+    admitted = [r.request_id for r in cosched.records if r.action == "admit"]
+    assert all(admitted.index(person.request_id) < admitted.index(rid) for rid in queued), cosched.records
