@@ -143,7 +143,8 @@ async def test_a_prompt_too_long_for_the_engine_is_refused_with_the_reason() -> 
         async with client.stream("POST", "/chat/completions", json={**long, "stream": True}) as streamed:
             events = [event async for event in sse_events(streamed)]
     assert whole.status_code == 400 and "context holds 10" in whole.json()["error"]["message"]
-    assert events[-1] == "[DONE]" and isinstance(events[0], dict) and "context holds 10" in events[0]["error"]["message"]
+    assert events[-1] == "[DONE]" and isinstance(events[0], dict)
+    assert "context holds 10" in events[0]["error"]["message"]
     assert [r.action for r in cosched.records].count("end") == 2  # the co-scheduler's books are closed
 
 
