@@ -7,6 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+# A cache-warming prefill's priority, and above it any speculative request's: vLLM runs lower numbers first, so
+# warming waits behind every real request (and a tao gateway's co-scheduler treats it as speculative).
+WARM_PRIORITY = 1_000
+
+
 @dataclass(frozen=True)
 class LLMRequest:
     """One chat completion: OpenAI-style messages, the tool specs, and scheduling hints."""

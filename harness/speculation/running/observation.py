@@ -24,11 +24,10 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from harness.engine.api import Chunk, Engine, LLMRequest, Usage
+from harness.engine.api import WARM_PRIORITY, Chunk, Engine, LLMRequest, Usage
 from harness.errors import EngineError
 from harness.events import Event, SpecObsSettle, SpecObsWarm
 
-WARM_PRIORITY = 1_000  # vLLM runs lower numbers first: warming waits behind every real request
 WARM_CHUNK_TOKENS = 256  # a multiple of every usual KV block size (16, 128), so each chunk's blocks stay cached
 
 
