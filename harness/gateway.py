@@ -7,8 +7,15 @@ Routes (the contract in the issue 24 notes): `GET /health`, `GET /v1/models`, `P
 `GET /v1/tao/pacing/{session}` (where a session stands). A request's session is its `X-Session-Id` header,
 else its body's `user`, else a fresh id; `X-Tao-Class: interactive` ranks it above batch sessions.
 A client that goes away mid-request aborts it in the engine. Sampling is the engine's own (the body's
-`temperature`, `priority` and the like are not used); `/v1/models` says whether the engine makes native
-tool calls (`tao.native_tools`; if not, a request with `tools` gets its call in Tao's text protocol).
+`temperature` and the like are not used); a body's `priority` is ignored (the class decides) unless it is
+WARM_PRIORITY or above: a speculative cache-warming prefill, which the co-scheduler admits last and aborts
+for real work. Tao extension: `tao_prompt_limit` (a positive integer) prefills only the prompt's first N
+tokens (a chunk of a warm prefill). `/v1/models` says whether the engine makes native tool calls
+(`tao.native_tools`) and whether a prefill warms its cache (`tao.prefix_cache`). A request with `tools` gets
+OpenAI `tool_calls` either way (`tao.tool_calls`): an engine without native tools writes its calls in
+Tao's text protocol, which the gateway parses (streamed, each call as one delta once it is complete) unless
+the request's `X-Tao-Protocol: text` header says the client parses the protocol itself (Tao's own client:
+its streaming parser finds a call before it is complete), which then gets the raw text.
 Run as `python -m harness.gateway` (`tao serve` starts it so); starlette and uvicorn are imported only when
 the app is built or served.
 """
@@ -28,7 +35,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from harness.coscheduler import FCFS, INTERACTIVE_PRIORITY, CoScheduler, Pacing, Policy
-from harness.engine.api import Chunk, Engine, LLMRequest, Usage
+from harness import protocol
+from harness.engine.api import WARM_PRIORITY, Chunk, Engine, LLMRequest, Usage
 from harness.errors import ContextTooLong, EngineError, UsageError
 
 if TYPE_CHECKING:
@@ -43,6 +51,7 @@ DEFAULT_KV_TOKENS = 46_000
 DEFAULT_MAX_WAIT = 120.0
 DEFAULT_MAX_TOKENS = LLMRequest("", []).max_tokens
 GATEWAY_HEADER = (b"x-tao-gateway", b"1")
+TEXT_PROTOCOL = "text"  # the X-Tao-Protocol header of a client that parses Tao's text protocol itself
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -65,6 +74,7 @@ class Completion:
     session_id: str
     request: LLMRequest
     stream: bool
+    raw_text: bool = False  # the client parses Tao's text protocol itself (X-Tao-Protocol: text)
 
 
 # -- reading requests --------------------------------------------------------------------------------
@@ -96,9 +106,24 @@ def parse_completion(body: object, headers: MutableMapping[str, str] | Any, mode
     kind = (headers.get("x-tao-class") or "batch").strip().lower()
     if kind not in CLASSES:
         raise BadRequest(f"the X-Tao-Class header must be one of {', '.join(CLASSES)}, not {kind!r}")
+    text = (headers.get("x-tao-protocol") or "").strip().lower()
+    if text not in ("", TEXT_PROTOCOL):
+        raise BadRequest(f"the X-Tao-Protocol header must be {TEXT_PROTOCOL!r} (or absent), not {text!r}")
     request = LLMRequest(f"{session_id}-{uuid.uuid4().hex[:16]}", [_message(m, i) for i, m in enumerate(messages)],
-                         list(tools), _max_tokens(body), CLASSES[kind])
-    return Completion(session_id, request, stream)
+                         list(tools), _max_tokens(body), _priority(body, CLASSES[kind]),
+                         prompt_limit=_positive(body, "tao_prompt_limit"))
+    return Completion(session_id, request, stream, text == TEXT_PROTOCOL)
+
+
+def _priority(body: dict[str, Any], by_class: int) -> int:
+    """The class's priority, or the body's `priority` when it marks a speculative prefill (WARM_PRIORITY or
+    above): a client may lower its own rank to speculation's, never raise it above its class."""
+    priority = body.get("priority")
+    if priority is None:
+        return by_class
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise BadRequest("`priority` must be an integer", "priority")
+    return priority if priority >= WARM_PRIORITY else by_class
 
 
 def _is_tool(tool: object) -> bool:
@@ -126,13 +151,18 @@ def _message(message: object, index: int) -> dict[str, Any]:
 def _max_tokens(body: dict[str, Any]) -> int:
     """`max_completion_tokens`, else `max_tokens`, else the engines' default."""
     for key in ("max_completion_tokens", "max_tokens"):
-        value = body.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise BadRequest(f"`{key}` must be a positive integer", key)
-        return value
+        value = _positive(body, key)
+        if value is not None:
+            return value
     return DEFAULT_MAX_TOKENS
+
+
+def _positive(body: dict[str, Any], key: str) -> int | None:
+    """The body's `key` as a positive integer, None when absent; BadRequest when it is something else."""
+    value = body.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise BadRequest(f"`{key}` must be a positive integer", key)
+    return value
 
 
 def parse_hint(body: object) -> tuple[str, float | None]:
@@ -157,11 +187,39 @@ def usage_json(usage: Usage | None) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": usage.cached_tokens}}
 
 
-def tool_calls_json(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Complete native calls as OpenAI `tool_calls` entries, each with its index."""
+def tool_calls_json(calls: list[dict[str, Any]], start: int = 0) -> list[dict[str, Any]]:
+    """Complete native calls as OpenAI `tool_calls` entries, each with its index in the answer (from `start`)."""
     return [{"index": i, "id": call.get("id") or f"call_{uuid.uuid4().hex[:24]}", "type": "function",
              "function": {"name": call["function"]["name"], "arguments": call["function"]["arguments"]}}
-            for i, call in enumerate(calls)]
+            for i, call in enumerate(calls, start)]
+
+
+def native_call(call: protocol.ParsedCall) -> dict[str, Any]:
+    """A call parsed from the text protocol as a native call (OpenAI shape), with an id of its own."""
+    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments)}}
+
+
+class ProtocolCalls:
+    """Splits an answer in Tao's text protocol into its text and its calls, as they complete. A malformed call
+    stays in the text as it was written, for the client's model to see."""
+
+    def __init__(self) -> None:
+        self.parser = protocol.CallParser()
+
+    def feed(self, text: str, last: bool) -> tuple[str, list[dict[str, Any]]]:
+        """The text outside calls and the calls completed by this piece of the answer (`last`: the end)."""
+        events = self.parser.feed(text) + (self.parser.finish() if last else [])
+        parts: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for event in events:
+            if isinstance(event, protocol.Text):
+                parts.append(event.text)
+            elif isinstance(event, protocol.CallDone):
+                calls.append(native_call(event.call))
+            elif isinstance(event, protocol.CallError):
+                parts.append(f"{protocol.OPEN}{event.raw}{protocol.CLOSE}")
+        return "".join(parts), calls
 
 
 def finish_reason(chunk: Chunk, calls: bool) -> str:
@@ -184,24 +242,30 @@ def engine_error(exc: Exception) -> tuple[int, dict[str, Any]]:
 
 
 class Answer:
-    """Turns one request's chunks into OpenAI completion chunks (streaming) or one completion."""
+    """Turns one request's chunks into OpenAI completion chunks (streaming) or one completion; `parse_calls`:
+    the engine writes calls in Tao's text protocol and the client wants them as `tool_calls`."""
 
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, parse_calls: bool = False) -> None:
         self.model, self.id, self.created = model, f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         self.text: list[str] = []
         self.calls: list[dict[str, Any]] = []
         self.started = False
+        self.protocol = ProtocolCalls() if parse_calls else None
 
     def delta(self, chunk: Chunk) -> list[dict[str, Any]]:
         """The stream events one engine chunk makes: a delta, then on the last chunk the reason and the usage."""
         events: list[dict[str, Any]] = []
         delta: dict[str, Any] = {} if self.started else {"role": "assistant"}
-        if chunk.text:
-            delta["content"] = chunk.text
-            self.text.append(chunk.text)
-        if chunk.tool_calls:
-            delta["tool_calls"] = tool_calls_json(chunk.tool_calls)
-            self.calls.extend(chunk.tool_calls)
+        text, calls = chunk.text, list(chunk.tool_calls or [])
+        if self.protocol is not None:
+            text, parsed = self.protocol.feed(text, chunk.finish_reason is not None)
+            calls += parsed
+        if text:
+            delta["content"] = text
+            self.text.append(text)
+        if calls:
+            delta["tool_calls"] = tool_calls_json(calls, len(self.calls))
+            self.calls.extend(calls)
         if "content" in delta or "tool_calls" in delta:
             events.append(self.event([{"index": 0, "delta": delta, "finish_reason": None}]))
             self.started = True
@@ -252,7 +316,7 @@ def build_app(cosched: CoScheduler, model: str) -> Starlette:
     async def models(request: Request) -> Response:
         entry = {"id": model, "object": "model", "created": 0, "owned_by": "tao",
                  "max_model_len": getattr(engine, "max_model_len", None),
-                 "tao": {"engine": engine.name, "native_tools": engine.native_tools,
+                 "tao": {"engine": engine.name, "native_tools": engine.native_tools, "tool_calls": True,
                          "prefix_cache": engine.prefix_cache, "policy": cosched.policy.name}}
         return JSONResponse({"object": "list", "data": [entry]})
 
@@ -261,10 +325,11 @@ def build_app(cosched: CoScheduler, model: str) -> Starlette:
             completion = parse_completion(await _json(request), request.headers, model)
         except BadRequest as exc:
             return JSONResponse(error_json(str(exc), exc.kind, exc.param, exc.status), exc.status)
+        parse_calls = bool(completion.request.tools) and not engine.native_tools and not completion.raw_text
         if completion.stream:
-            return StreamingResponse(_stream(cosched, completion, model), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        task = asyncio.create_task(_collect(cosched, completion, model))
+            return StreamingResponse(_stream(cosched, completion, Answer(model, parse_calls)),
+                                     media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        task = asyncio.create_task(_collect(cosched, completion, Answer(model, parse_calls)))
         try:
             status, body = await _unless_disconnected(request, task)
         except EngineError as exc:
@@ -315,9 +380,8 @@ async def _json(request: Request) -> object:
         raise BadRequest(f"the body is not JSON ({exc}); send a JSON object") from None
 
 
-async def _stream(cosched: CoScheduler, completion: Completion, model: str) -> AsyncIterator[bytes]:
+async def _stream(cosched: CoScheduler, completion: Completion, answer: Answer) -> AsyncIterator[bytes]:
     """The SSE body; closing it (the client went away) closes the co-scheduler's stream, which aborts the request."""
-    answer = Answer(model)
     try:
         async with contextlib.aclosing(cosched.stream(completion.session_id, completion.request)) as chunks:
             async for chunk in chunks:
@@ -328,9 +392,9 @@ async def _stream(cosched: CoScheduler, completion: Completion, model: str) -> A
     yield sse("[DONE]")
 
 
-async def _collect(cosched: CoScheduler, completion: Completion, model: str) -> tuple[int, dict[str, Any]]:
+async def _collect(cosched: CoScheduler, completion: Completion, answer: Answer) -> tuple[int, dict[str, Any]]:
     """The whole answer of a non-streamed request."""
-    answer, last = Answer(model), Chunk()
+    last = Chunk()
     async with contextlib.aclosing(cosched.stream(completion.session_id, completion.request)) as chunks:
         async for chunk in chunks:
             answer.delta(chunk)

@@ -15,10 +15,10 @@ import pytest
 
 from harness import protocol
 from harness.coscheduler import FCFS, CoScheduler, Pacing
-from harness.engine.api import Engine
+from harness.engine.api import WARM_PRIORITY, Engine
 from harness.engine.recorded import Recording, ReplayEngine, Turn
 from harness.engine.sim import CPU, SimEngine
-from harness.gateway import policy_for, serving
+from harness.gateway import Completion, parse_completion, policy_for, serving
 from tools import default_tools, tool_specs
 
 if TYPE_CHECKING:
@@ -174,6 +174,113 @@ async def test_a_non_streamed_request_is_aborted_when_its_client_goes_away() -> 
     assert engine.stats.aborted == 1 and not engine.running
 
 
+def text_replay(turns: int = 2) -> ReplayEngine:
+    """A replay engine whose every answer is in Tao's text protocol (as the embedded engine writes it): a few words,
+    then one call."""
+    answer = f'Reading it. {protocol.OPEN}{{"name": "read_file", "arguments": {{"path": "a.py"}}}}{protocol.CLOSE}'
+    return ReplayEngine(Recording([Turn(answer) for _ in range(turns)]))
+
+
+async def test_a_text_protocol_call_reaches_a_plain_client_as_tool_calls() -> None:
+    cosched = CoScheduler(text_replay(), FCFS())
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+        tao = (await client.get("/models")).json()["data"][0]["tao"]
+        whole = (await client.post("/chat/completions", json=body(tools=SPECS))).json()
+        async with client.stream("POST", "/chat/completions", json=body(tools=SPECS, stream=True)) as streamed:
+            events = [event async for event in sse_events(streamed)]
+    assert tao["native_tools"] is False and tao["tool_calls"] is True  # the engine's own; the gateway's to others
+    choice = whole["choices"][0]
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] == "Reading it. "
+    [call] = choice["message"]["tool_calls"]
+    assert call["type"] == "function" and call["id"].startswith("call_")
+    assert call["function"]["name"] == "read_file" and json.loads(call["function"]["arguments"]) == {"path": "a.py"}
+    deltas = [e["choices"][0]["delta"] for e in events if isinstance(e, dict) and e["choices"]]
+    assert "".join(d.get("content", "") for d in deltas) == "Reading it. "
+    [streamed_call] = [c for d in deltas for c in d.get("tool_calls", [])]  # one delta, once the call was complete
+    assert streamed_call["index"] == 0 and streamed_call["function"] == call["function"]
+    reasons = [e["choices"][0]["finish_reason"] for e in events if isinstance(e, dict) and e["choices"]]
+    assert reasons[-1] == "tool_calls"
+
+
+async def test_a_client_that_parses_the_protocol_itself_gets_the_raw_text() -> None:
+    cosched = CoScheduler(text_replay(), FCFS())
+    raw = {"X-Tao-Protocol": "text"}
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+        whole = (await client.post("/chat/completions", json=body(tools=SPECS), headers=raw)).json()
+        async with client.stream("POST", "/chat/completions", json=body(tools=SPECS, stream=True),
+                                 headers=raw) as streamed:
+            events = [event async for event in sse_events(streamed)]
+    text = text_replay().recording.turns[0].text
+    assert whole["choices"][0]["message"] == {"role": "assistant", "content": text}
+    assert whole["choices"][0]["finish_reason"] == "stop"
+    deltas = [e["choices"][0]["delta"] for e in events if isinstance(e, dict) and e["choices"]]
+    assert "".join(d.get("content", "") for d in deltas) == text and not any("tool_calls" in d for d in deltas)
+
+
+def parsed(extra: dict[str, Any], headers: dict[str, str] | None = None) -> Completion:
+    """A small body with `extra` fields, as the gateway reads it with `headers` (lowercase, as HTTP gives them)."""
+    return parse_completion(body(**extra), headers or {}, "m")
+
+
+def test_a_body_priority_counts_only_when_it_marks_a_warm_prefill() -> None:
+    assert parsed({"priority": -100}).request.priority == 0  # a client cannot rank itself above its class
+    assert parsed({"priority": 5}, {"x-tao-class": "interactive"}).request.priority == -1
+    warm = parsed({"priority": WARM_PRIORITY, "tao_prompt_limit": 64, "max_tokens": 1}).request
+    assert (warm.priority, warm.prompt_limit, warm.max_tokens) == (WARM_PRIORITY, 64, 1)
+    assert parsed({}).request.prompt_limit is None and not parsed({}).raw_text
+    assert parsed({}, {"x-tao-protocol": "text"}).raw_text
+
+
+def warm_body() -> dict[str, Any]:
+    """A warm prefill as Tao's client sends it: its priority, one token, the prompt's first tokens only."""
+    return body(priority=WARM_PRIORITY, max_tokens=1, tao_prompt_limit=8)
+
+
+async def until_recorded(cosched: CoScheduler, action: str, session: str) -> None:
+    """Wait until the co-scheduler did `action` to a request of `session`."""
+    while not any(r.action == action and r.session_id == session for r in cosched.records):
+        await asyncio.sleep(0.01)
+
+
+def post(client: httpx.AsyncClient, session: str, sent: dict[str, Any]) -> asyncio.Task[httpx.Response]:
+    """A chat completion request of `session`, on its way."""
+    return asyncio.create_task(client.post("/chat/completions", json=sent, headers={"X-Session-Id": session}))
+
+
+def spec_actions(cosched: CoScheduler) -> list[str]:
+    """What the co-scheduler did with speculative requests, in order."""
+    return [r.action for r in cosched.records if r.speculative]
+
+
+async def test_a_warm_prefill_is_speculative_and_aborted_when_a_real_request_waits() -> None:
+    engine = SimEngine(CPU)
+    cosched = CoScheduler(engine, Pacing(knee=1, kv_tokens=10_000, max_wait=60.0))
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+        warm = post(client, "guess", {**warm_body(), "max_tokens": 5000})  # a prefill that would not end soon
+        await until_recorded(cosched, "admit", "guess")
+        real = (await post(client, "other", body(max_tokens=4))).json()
+        answer = (await warm).json()
+    assert spec_actions(cosched) == ["arrive", "admit", "abort", "end"]
+    assert answer["choices"][0]["finish_reason"] == "abort" and engine.stats.aborted == 1
+    assert real["usage"]["completion_tokens"] > 0
+
+
+async def test_a_waiting_warm_prefill_is_dropped_when_its_session_sends_the_real_request() -> None:
+    engine = SimEngine(CPU)
+    cosched = CoScheduler(engine, Pacing(knee=1, kv_tokens=10_000, max_wait=60.0))
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+        busy = post(client, "busy", body(max_tokens=5000))  # holds the engine's one place
+        await until_recorded(cosched, "admit", "busy")
+        warm = post(client, "s", warm_body())
+        await until_recorded(cosched, "arrive", "s")
+        real = post(client, "s", body(max_tokens=4))
+        await until_recorded(cosched, "drop", "s")
+        busy.cancel()  # the busy client goes away: the real request gets the place
+        answers = [(await task).json() for task in (warm, real)]
+    assert spec_actions(cosched) == ["arrive", "drop"]  # it never ran
+    assert answers[0]["choices"][0]["finish_reason"] == "abort" and answers[1]["usage"]["completion_tokens"] > 0
+
+
 # -- the real engine ---------------------------------------------------------------------------------
 
 
@@ -188,23 +295,26 @@ async def test_real_engine_round_trip_streamed_and_not(vllm_engine: VLLMEngine) 
         assert models["data"][0]["id"] == "smol" and models["data"][0]["max_model_len"] == vllm_engine.max_model_len
         whole = (await client.post("/chat/completions", json=request, headers={"X-Session-Id": "a"})).json()
         streamed_body = {**request, "stream": True, "user": "b"}
-        async with client.stream("POST", "/chat/completions", json=streamed_body) as streamed:
+        raw = {"X-Tao-Protocol": "text"}  # as Tao's client asks: the text protocol, which it parses itself
+        async with client.stream("POST", "/chat/completions", json=streamed_body, headers=raw) as streamed:
             events = [event async for event in sse_events(streamed)]
         hint = await client.post("/tao/hint", json={"session": "a", "event": "tool_start", "expected_seconds": 3.0})
         pacing = (await client.get("/tao/pacing/a")).json()
     assert hint.status_code == 204 and cosched.sessions["a"].tool_expected == 3.0
     assert pacing["admitted"] is False and pacing["position"] is None and isinstance(pacing["kv_usage"], float)
-    text = whole["choices"][0]["message"]["content"]
-    parser = protocol.CallParser()  # the engine speaks the text protocol: the tools constrained it to one call
-    parser.feed(text)
-    parser.finish()
-    assert len(parser.calls) == 1 and not parser.errors, text
+    # the engine speaks the text protocol, the tools constrained it to one call; a plain client gets it parsed
+    message = whole["choices"][0]["message"]
+    assert len(message.get("tool_calls", [])) == 1 and protocol.OPEN not in message["content"], message
+    assert whole["choices"][0]["finish_reason"] == "tool_calls"
     assert whole["usage"]["prompt_tokens"] > 1000 and whole["usage"]["completion_tokens"] > 0
     chunks = [e for e in events if isinstance(e, dict)]
     assert events[-1] == "[DONE]" and len(chunks) > 3
     assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 1000  # the same prompt, from the cache
     streamed_text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
-    assert streamed_text.strip()
+    parser = protocol.CallParser()  # X-Tao-Protocol: text got the raw text, the call in it
+    parser.feed(streamed_text)
+    parser.finish()
+    assert len(parser.calls) == 1 and not parser.errors, streamed_text
     assert [r.session_id for r in cosched.records if r.action == "arrive"] == ["a", "b"]
     policy = policy_for(argparse.Namespace(policy="pacing", kv_tokens=None, knee=4, max_wait=60.0), vllm_engine)
     assert isinstance(policy, Pacing) and policy.kv_tokens == vllm_engine.kv_tokens and policy.kv_tokens > 1000
