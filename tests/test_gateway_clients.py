@@ -22,9 +22,10 @@ from starlette.routing import Route
 from harness.calls.canonical import canonical
 from harness.cli import build_parser
 from harness.coscheduler import FCFS, CoScheduler
-from harness.engine.api import Engine, LLMRequest
+from harness.engine.api import WARM_PRIORITY, Engine, LLMRequest
 from harness.engine.openai_http import OpenAIEngine
 from harness.engine.recorded import Recording, ReplayEngine, Turn
+from harness.engine.sim import CPU, SimEngine
 from harness.gateway import serving
 from harness.hints import ToolHints
 from harness.launch import SessionOptions
@@ -306,3 +307,30 @@ async def test_a_batch_on_the_gateway_is_paced_there_one_session_per_instance(tm
     ran = [r for r in summary["results"] if r["steps"] > 0]
     assert summary["policy"] == "tao serve" and not batch.cosched.records  # no second co-scheduler in front
     assert len(sessions) == len(ran) > 1  # each instance's session has its own id on the gateway
+
+
+async def test_warm_prefills_go_to_a_gateway_whose_engine_caches_prefixes_as_speculative_work() -> None:
+    cosched = CoScheduler(SimEngine(CPU), FCFS())
+    async with serving(cosched, "m") as url:
+        engine = await OpenAIEngine.connect(url)
+        view = engine.for_session("s1", Traffic.BATCH)
+        assert engine.prefix_cache and not engine.native_tools  # as the gateway's model list says of its engine
+        assert view.headers() == {"X-Session-Id": "s1", "X-Tao-Class": "batch", "X-Tao-Protocol": "text"}
+        warm = LLMRequest("w1", [{"role": "user", "content": "hi " * 100}], max_tokens=1, priority=WARM_PRIORITY,
+                          prompt_limit=16)
+        sent = view.body(warm)
+        chunks = [chunk async for chunk in view.stream(warm)]
+        await engine.close()
+    assert (sent["priority"], sent["tao_prompt_limit"]) == (WARM_PRIORITY, 16)
+    assert "priority" not in view.body(LLMRequest("r", [], priority=-1))  # its class says how a real request ranks
+    assert chunks[-1].finish_reason is not None and chunks[-1].usage is not None
+    assert chunks[-1].usage.prompt_tokens <= 16  # only the prompt's first tokens were prefilled
+    assert [(r.action, r.speculative) for r in cosched.records] == [("arrive", True), ("admit", True), ("end", True)]
+
+
+async def test_a_gateway_over_an_engine_that_caches_nothing_gets_no_warm_prefills() -> None:
+    cosched = CoScheduler(ReplayEngine(Recording([text_call("finish", summary="done")])), FCFS())
+    async with serving(cosched, "m") as url:
+        engine = await OpenAIEngine.connect(url)
+        await engine.close()
+    assert not engine.prefix_cache  # the speculator then sends it no warm prefills

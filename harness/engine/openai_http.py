@@ -8,7 +8,10 @@ Aborting a request closes its HTTP stream, which makes vLLM abort it in the engi
 On a tao gateway (`tao serve`: its responses carry `X-Tao-Gateway: 1`) every request says whose it is
 (`X-Session-Id`) and how it ranks (`X-Tao-Class`); `for_session` gives each session its own view of one
 connection, `tool_started` tells the gateway's co-scheduler when the session will be back, `pacing` asks
-where the session stands.
+where the session stands. A gateway says whether a prefill warms its engine's cache (`tao.prefix_cache`); if
+so, speculative warm prefills go to it with their `priority` and the Tao extension `tao_prompt_limit`. A
+session that writes calls in the text protocol says so (`X-Tao-Protocol: text`) and gets the raw text, which
+its own streaming parser reads, where other clients get the calls parsed into `tool_calls`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from harness.engine.api import Chunk, LLMRequest, Usage
+from harness.engine.api import WARM_PRIORITY, Chunk, LLMRequest, Usage
 from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
 from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
 from harness.vocabulary import Traffic
@@ -92,6 +95,8 @@ class OpenAIEngine:
             served = next((item for item in listed if item.get("id") == model), {})
             if native_tools is None:
                 native_tools = await _native_tools(client, base, model, served, is_vllm)
+            said = served.get("tao")
+            prefix_cache = said.get("prefix_cache") is True if isinstance(said, dict) else is_vllm
         except BaseException:
             await client.aclose()
             raise
@@ -99,6 +104,7 @@ class OpenAIEngine:
                      temperature=temperature, reasoning_tokens=reasoning_tokens,
                      name=name or f"openai:{model}" + (" (paced by tao serve)" if gateway or said_gateway else ""),
                      gateway=gateway or said_gateway)
+        engine.prefix_cache = prefix_cache  # a gateway says so of its engine
         window = served.get("max_model_len")
         engine.max_model_len = window if isinstance(window, int) and not isinstance(window, bool) else None
         return engine
@@ -115,8 +121,12 @@ class OpenAIEngine:
         self.session_id = session_id
 
     def headers(self) -> dict[str, str]:
-        """The headers that tell a tao gateway whose request this is and how it ranks; none for other servers."""
-        return {"X-Session-Id": self.session_id, "X-Tao-Class": str(self.traffic)} if self.gateway else {}
+        """The headers that tell a tao gateway whose request this is and how it ranks, and, when its engine writes
+        calls in the text protocol, that this client parses that protocol itself; none for other servers."""
+        if not self.gateway:
+            return {}
+        said = {"X-Session-Id": self.session_id, "X-Tao-Class": str(self.traffic)}
+        return said if self.native_tools else {**said, "X-Tao-Protocol": "text"}
 
     async def tool_started(self, expected: float | None) -> None:
         """Tell the gateway this session's tool started and should take `expected` seconds (None: unknown), so
@@ -159,6 +169,10 @@ class OpenAIEngine:
             body["request_id"] = request.request_id
             if request.priority and self._send_priority:
                 body["priority"] = request.priority
+        elif self.gateway and request.priority >= WARM_PRIORITY:  # a warm prefill: its co-scheduler lets it wait
+            body["priority"] = request.priority
+        if self.gateway and request.prompt_limit is not None:
+            body["tao_prompt_limit"] = request.prompt_limit
         return body
 
     async def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
