@@ -5,7 +5,8 @@ Three mini-swe-agent sessions run at once, each in its own git repository, again
 Two name their session with the `X-Session-Id` header, one with the body's `user` field (for clients that
 cannot set headers). Every HTTP request the agents sent must have arrived in the co-scheduler under its
 session and ended there, and every agent must end (any exit status: the embedded 135M model writes no
-sensible commands, so a step limit ends it).
+sensible commands, so a step limit ends it). The engine writes its calls in Tao's text protocol, which the
+gateway hands to mini-swe-agent as OpenAI `tool_calls`: its agents run the bash commands in their repositories.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class Outcome:
     session: str
     exit_status: str
     calls: int
+    commands: int  # bash commands the agent ran (each answer's tool call, whose output went back to the model)
 
 
 def quiet_minisweagent(monkeypatch: pytest.MonkeyPatch, config_dir: Path) -> None:
@@ -81,13 +83,16 @@ def run_agent(base_url: str, session: str, by_header: bool, repo: Path) -> Outco
 
     # LiteLLM drops a `user` argument for models outside OpenAI's catalog; `extra_body` sends it as given
     naming = {"extra_headers": {"X-Session-Id": session}} if by_header else {"extra_body": {"user": session}}
+    # room for the engine's bounded reasoning (64 tokens) and then a bash call
     model = LitellmModel(model_name=f"openai/{MODEL}", cost_tracking="ignore_errors",
-                         model_kwargs={"api_base": base_url, "api_key": "unused", "max_tokens": 32,
+                         model_kwargs={"api_base": base_url, "api_key": "unused", "max_tokens": 128,
                                        "num_retries": 0, **naming})
     agent = DefaultAgent(model, LocalEnvironment(cwd=str(repo), timeout=10), system_template=SYSTEM,
                          instance_template=INSTANCE, step_limit=STEPS, cost_limit=0.0)
     result = agent.run(TASK)
-    return Outcome(session, result.get("exit_status", ""), agent.n_calls)
+    commands = sum(1 for message in agent.messages if message.get("role") == "tool"
+                   and "<returncode>" in str(message.get("content")))
+    return Outcome(session, result.get("exit_status", ""), agent.n_calls, commands)
 
 
 async def test_mini_swe_agent_sessions_are_paced_told_apart_and_end(
@@ -127,3 +132,5 @@ async def test_mini_swe_agent_sessions_are_paced_told_apart_and_end(
     assert sum(counted.requests.values()) == sum(arrived.values()), counted.requests
     assert {s: n for s, n in counted.requests.items() if s} == {s: arrived[s] for s in sessions[::2]}
     assert counted.requests[""] == arrived[sessions[1]]
+    # the gateway gave the engine's text-protocol calls to mini-swe-agent as tool_calls, and its agents ran them
+    assert any(outcome.commands for outcome in outcomes), outcomes
