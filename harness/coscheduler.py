@@ -10,13 +10,18 @@ a `Decision` out), as vLLM's scheduler decides and never runs the model:
 
 - `FCFS`: admit everything at once with its own priority: plain vLLM, the baseline.
 - `Pacing`: keep the engine at or below its throughput knee, and the prompts in flight within the KV
-  cache; among waiting requests prefer sessions whose prefix is probably still in the KV cache, then
-  those closest to their end; a request of a started session that has waited `max_wait` goes first
+  cache; start a new session only while fewer run than end soonest on average (`batch_cost`); among
+  waiting requests prefer sessions whose prefix is probably still in the KV cache, then those closest
+  to their end; a request of a started session that has waited `max_wait` goes first
   (nobody starves), still within the knee: admitting it over the knee would slow every request and
   evict the prefixes of the others. A session's first request has no bound; it waits for room, as in a
   batch queue: under overload, starting every waiting session in turn re-prefills each from scratch.
   Speculative prefills (priority >= WARM_PRIORITY) go last, only when no authoritative request waits
   and fewer than `spec_room` requests are in flight, and are aborted when an authoritative request waits.
+
+Every policy admits interactive requests (INTERACTIVE_PRIORITY: a person waits) first, Pacing even over
+its knee. The rivals Tao is measured against (a cap on sessions in flight, least attained service,
+Continuum's retention) are policies too, in harness.cosched_policies.
 
 Requests in flight and the KV cache they hold are the co-scheduler's own books (its admitted requests,
 their prompt tokens), or the engine's counts where the engine reports them (`load()`: vLLM's scheduler

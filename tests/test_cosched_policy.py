@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from harness.cosched_policies import LAS, TTL, Cap
 from harness.coscheduler import EARLY, FCFS, INTERACTIVE_PRIORITY, RECHECK, Decision, Pacing, Progress, Ticket, View
 from harness.engine.api import EngineLoad
@@ -331,3 +333,26 @@ def test_ttl_lets_a_session_back_within_its_ttl_go_first() -> None:
                ticket("b", "back", 3.0, tokens=2_500)]
     decision = TTL_POLICY.decide(view(waiting, [ticket("r", "x", tokens=3_000)], sessions=sessions, now=4.0))
     assert admitted(decision) == ["b", "n"]  # then 2,500 more would not fit: "l" waits
+
+
+# -- Pacing's own limits on starting new sessions ----------------------------------------------------------------
+
+
+def test_pacing_starts_only_as_many_sessions_as_end_soonest_on_average() -> None:
+    pacing = Pacing(knee=8, kv_tokens=100_000, max_wait=30.0, batch_cost=1.0)  # sqrt(sessions left) at once
+    fresh = pacing.decide(view([ticket(f"n{i}", f"new{i}", float(i)) for i in range(4)]))
+    assert admitted(fresh) == ["n0", "n1"]  # 4 sessions left: 2 at once
+    started = {"a": Progress(steps=3), "b": Progress(steps=3)}
+    waiting = [ticket("n", "new", 0.0), ticket("ra", "a", 1.0), ticket("rb", "b", 2.0), ticket("m", "new2", 3.0)]
+    assert sorted(admitted(pacing.decide(view(waiting, sessions=started)))) == ["ra", "rb"]  # started ones go on
+    done = {"a": Progress(steps=9, finished=True), "b": Progress(steps=3)}
+    assert admitted(pacing.decide(view([ticket("n", "new", 0.0)], [ticket("rb", "b")], sessions=done))) == ["n"]
+
+
+def test_pacing_can_keep_room_for_the_contexts_of_sessions_in_a_tool() -> None:
+    pacing = Pacing(knee=8, kv_tokens=10_000, max_wait=30.0, retain=0.9)
+    in_tool = {"busy": Progress(steps=3, context_tokens=8_000, ended_at=9.0)}
+    newcomer = [ticket("n", "new", 5.0, tokens=2_000)]
+    assert admitted(pacing.decide(view(newcomer, [ticket("r", "x", tokens=100)], sessions=in_tool))) == []
+    over = {"busy": replace(in_tool["busy"], finished=True)}
+    assert admitted(pacing.decide(view(newcomer, [ticket("r", "x", tokens=100)], sessions=over))) == ["n"]
