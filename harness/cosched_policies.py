@@ -95,8 +95,8 @@ class LAS:
 class TTL:
     """Continuum's retention: when a session's request ends, its place and its cached context are held for a
     time-to-live, so that its next request (after the tool call) finds its prefix in the KV cache and goes
-    first; requests are otherwise admitted first come, first served while their prompts and the held
-    contexts fit the KV cache.
+    first; requests are otherwise admitted in the order their sessions started (program-level first come,
+    first served, as Continuum schedules) while their prompts and the held contexts fit the KV cache.
 
     The TTL weighs what dropping the context costs against what holding it costs. Dropping it costs the
     session a reload (re-prefilling its context, `reload_per_token` seconds a token) plus the queue it would
@@ -127,7 +127,9 @@ class TTL:
         free = self.kv_tokens * KV_SHARE - used
         waiting = [t for t in view.waiting if not t.speculative]
         urgent = [t for t in waiting if t.priority <= INTERACTIVE_PRIORITY]
-        ranked = sorted((t for t in waiting if t not in urgent), key=lambda t: not self.returned(t, view))
+        started = {session: index for index, session in enumerate(view.sessions)}  # in order of first request's end
+        ranked = sorted((t for t in waiting if t not in urgent),
+                        key=lambda t: (not self.returned(t, view), started.get(t.session_id, len(started))))
         admitted: list[Ticket] = list(urgent)
         free -= sum(t.prompt_tokens for t in urgent)
         for ticket in ranked:  # in order: a request that does not fit waits, and so do those after it

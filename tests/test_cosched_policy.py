@@ -326,13 +326,13 @@ def test_ttl_does_not_hold_a_session_expected_back_after_its_ttl() -> None:
     assert admitted(decision) == ["n"]
 
 
-def test_ttl_lets_a_session_back_within_its_ttl_go_first() -> None:
+def test_ttl_lets_a_session_back_within_its_ttl_go_first_then_older_sessions() -> None:
     sessions = {"back": Progress(steps=2, context_tokens=2_000, last_gap=3.0),  # returned 3 s after (TTL 10 s)
                 "late": Progress(steps=2, context_tokens=2_000, last_gap=30.0)}
     waiting = [ticket("n", "new", 1.0, tokens=3_000), ticket("l", "late", 2.0, tokens=2_500),
                ticket("b", "back", 3.0, tokens=2_500)]
     decision = TTL_POLICY.decide(view(waiting, [ticket("r", "x", tokens=3_000)], sessions=sessions, now=4.0))
-    assert admitted(decision) == ["b", "n"]  # then 2,500 more would not fit: "l" waits
+    assert admitted(decision) == ["b", "l"]  # then started sessions in order; 3,000 more would not fit: "n" waits
 
 
 # -- Pacing's own limits on starting new sessions ----------------------------------------------------------------
