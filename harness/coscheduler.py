@@ -197,10 +197,11 @@ class Pacing:
             if ticket.session_id not in view.sessions:  # a new session
                 if starts is not None and starts <= 0 and (busy or admitted):
                     continue  # enough sessions run for the ones left to end soonest on average
-                if retained is not None and retained + ticket.prompt_tokens > self.kv_tokens * (self.retain or 1.0) \
+                need = max(ticket.prompt_tokens, self.kv_tokens // max(1, self.knee))  # its context will grow
+                if retained is not None and retained + need > self.kv_tokens * (self.retain or 1.0) \
                         and (busy or admitted):
                     continue  # a new session waits until the started ones' contexts leave it room
-                retained = None if retained is None else retained + ticket.prompt_tokens
+                retained = None if retained is None else retained + need
                 starts = None if starts is None else starts - 1
             admitted.append(ticket)
             kv_free -= ticket.prompt_tokens
@@ -232,12 +233,15 @@ class Pacing:
         return target - started - len(running_new)
 
     def retained(self, view: View, pinned: int) -> int | None:
-        """KV tokens the started sessions need: prompts in flight, and the last context of each session between
-        two requests that has not ended (None: `retain` is off)."""
+        """KV tokens the started sessions need (None: `retain` is off): prompts in flight, and each session
+        between two requests that has not ended at least the mean context the knee is sized by
+        (kv_tokens / knee), as its context grows to about that over its life."""
         if self.retain is None:
             return None
         busy = {t.session_id for t in view.running}
-        return pinned + sum(p.context_tokens for s, p in view.sessions.items() if s not in busy and not p.finished)
+        mean = self.kv_tokens // max(1, self.knee)
+        return pinned + sum(max(mean, p.context_tokens) for s, p in view.sessions.items()
+                            if s not in busy and not p.finished)
 
     def in_flight(self, view: View, estimated: int) -> tuple[int, int]:
         """Requests in the engine and KV tokens they hold: the co-scheduler's own books, or the engine's

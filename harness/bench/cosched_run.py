@@ -28,7 +28,7 @@ from harness.bench import recordings as recorded
 from harness.bench.simtools import Book, record_book, sim_tools
 from harness.bench.trace_workload import trace_workload
 from harness.cosched_policies import LAS, TTL, Cap
-from harness.coscheduler import FCFS, KNEE_SHARE, CoScheduler, Pacing, Policy
+from harness.coscheduler import FCFS, KNEE_SHARE, KV_SHARE, CoScheduler, Pacing, Policy
 from harness.engine.api import Engine, LLMRequest
 from harness.engine.recorded import ForcedReplayEngine
 from harness.engine.sim import Profile
@@ -126,7 +126,7 @@ def pacing_for(profile: Profile, workload: Workload) -> Pacing:
     batch_cost = step.base / (step.per_seq + step.per_decode_pair * context)
     return Pacing(knee=knee, kv_tokens=profile.kv_tokens, max_wait=WAIT_TURNS * workload.turn_seconds(profile, knee),
                   expected_steps=workload.mean_steps(), spec_room=max(1, round(knee * SPEC_SHARE)),
-                  batch_cost=round(batch_cost, 3))
+                  batch_cost=round(batch_cost, 3), retain=KV_SHARE)
 
 
 def reload_per_token(profile: Profile, workload: Workload) -> float:
