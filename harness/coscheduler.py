@@ -169,7 +169,8 @@ class Pacing:
     stalls every sequence decoding in its step, so under load a guess costs more than it can win."""
     retain: float | None = None
     """Share of the KV cache the contexts of started sessions may fill, those between two requests (in a
-    tool) included, before a new session may start (None: new sessions wait for the knee only)."""
+    tool) included and each counted at least at the mean context (kv_tokens / knee) it grows to, before a
+    new session may start (None: new sessions wait for the knee only)."""
     batch_cost: float | None = None
     """A step's fixed cost over one more sequence's cost, a / b in a step of a + b * batch (None: the knee is
     fixed). With M sessions left, running them B at a time ends them on average soonest at
