@@ -16,8 +16,11 @@ from typing import Any
 
 from harness.errors import UsageError
 
-COLOURS = {"fcfs": "#7f7f7f", "spec": "#1f77b4", "cosched": "#d62728"}
-LABELS = {"fcfs": "fcfs, no speculation", "spec": "speculation, no pacing", "cosched": "speculation + co-scheduler"}
+COLOURS = {"fcfs": "#7f7f7f", "spec": "#1f77b4", "cap": "#2ca02c", "las": "#9467bd", "ttl": "#8c564b",
+           "tao": "#ff7f0e", "tao+spec": "#d62728", "cosched": "#d62728"}  # cosched: tao+spec in older results
+LABELS = {"fcfs": "fcfs, no speculation", "spec": "speculation, no pacing", "cap": "best cap on sessions in flight",
+          "las": "least attained service", "ttl": "TTL retention (Continuum-like)", "tao": "tao: pacing",
+          "tao+spec": "tao: pacing + speculation", "cosched": "speculation + co-scheduler"}
 
 
 def plot(results: list[dict[str, Any]], out: Path) -> None:
