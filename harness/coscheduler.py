@@ -10,13 +10,18 @@ a `Decision` out), as vLLM's scheduler decides and never runs the model:
 
 - `FCFS`: admit everything at once with its own priority: plain vLLM, the baseline.
 - `Pacing`: keep the engine at or below its throughput knee, and the prompts in flight within the KV
-  cache; among waiting requests prefer sessions whose prefix is probably still in the KV cache, then
-  those closest to their end; a request of a started session that has waited `max_wait` goes first
+  cache; start a new session only while fewer run than end soonest on average (`batch_cost`); among
+  waiting requests prefer sessions whose prefix is probably still in the KV cache, then those closest
+  to their end; a request of a started session that has waited `max_wait` goes first
   (nobody starves), still within the knee: admitting it over the knee would slow every request and
   evict the prefixes of the others. A session's first request has no bound; it waits for room, as in a
   batch queue: under overload, starting every waiting session in turn re-prefills each from scratch.
   Speculative prefills (priority >= WARM_PRIORITY) go last, only when no authoritative request waits
   and fewer than `spec_room` requests are in flight, and are aborted when an authoritative request waits.
+
+Every policy admits interactive requests (INTERACTIVE_PRIORITY: a person waits) first, Pacing even over
+its knee. The rivals Tao is measured against (a cap on sessions in flight, least attained service,
+Continuum's retention) are policies too, in harness.cosched_policies.
 
 Requests in flight and the KV cache they hold are the co-scheduler's own books (its admitted requests,
 their prompt tokens), or the engine's counts where the engine reports them (`load()`: vLLM's scheduler
@@ -89,6 +94,9 @@ class Progress:
     mean_gap: float | None = None  # observed seconds from a request's end to the session's next one (its tools)
     tool_started: float | None = None  # when the client said a tool started (a hint), since the last request
     tool_expected: float | None = None  # the seconds the client expects that tool to take (None: not said)
+    last_gap: float | None = None  # seconds from its previous request's end to its latest one
+    attained: int = 0  # tokens the engine computed for the session so far (uncached prompt + output): its service
+    finished: bool = False  # the client said the session ended (`CoScheduler.session_ended`)
 
     def expected_return(self) -> float | None:
         """When the session's next request is expected: from the client's hint, else from the gaps observed."""
@@ -130,13 +138,18 @@ class Policy(Protocol):
     def decide(self, view: View) -> Decision: ...
 
 
+def interactive_first(tickets: tuple[Ticket, ...] | list[Ticket]) -> list[Ticket]:
+    """The tickets with interactive ones (a person waits) moved ahead, each group keeping its order."""
+    return sorted(tickets, key=lambda t: t.priority > INTERACTIVE_PRIORITY)
+
+
 class FCFS:
     """No pacing: every request goes to the engine at once, as plain vLLM receives them."""
 
     name = "fcfs"
 
     def decide(self, view: View) -> Decision:
-        return Decision(admit=tuple((t.request_id, t.priority) for t in view.waiting))
+        return Decision(admit=tuple((t.request_id, t.priority) for t in interactive_first(view.waiting)))
 
 
 @dataclass(frozen=True)
@@ -154,37 +167,82 @@ class Pacing:
     spec_room: int | None = None
     """Requests in flight below which a speculative prefill may start (None: the knee). A prefill
     stalls every sequence decoding in its step, so under load a guess costs more than it can win."""
+    retain: float | None = None
+    """Share of the KV cache the contexts of started sessions may fill, those between two requests (in a
+    tool) included and each counted at least at the mean context (kv_tokens / knee) it grows to, before a
+    new session may start (None: new sessions wait for the knee only)."""
+    batch_cost: float | None = None
+    """A step's fixed cost over one more sequence's cost, a / b in a step of a + b * batch (None: the knee is
+    fixed). With M sessions left, running them B at a time ends them on average soonest at
+    B = sqrt(M * batch_cost): fewer wastes steps, more shares each step among more sessions."""
     name: str = "pacing"
 
     def decide(self, view: View) -> Decision:
         sessions_in = {t.session_id for t in view.waiting + view.running if not t.speculative}
         drop = tuple(t.request_id for t in view.waiting if t.speculative and t.session_id in sessions_in)
-        waiting = [t for t in view.waiting if not t.speculative]
+        urgent = [t for t in view.waiting if t.priority <= INTERACTIVE_PRIORITY]  # a person waits: over the knee
+        waiting = [t for t in view.waiting if not t.speculative and t not in urgent]
         aged = [t for t in waiting if self.ages(t, view)]
         estimated = sum(t.prompt_tokens for t in view.running)
+        own = (len(view.running) + len(urgent), estimated + sum(t.prompt_tokens for t in urgent))
         busy, pinned = self.in_flight(view, estimated)
+        busy, pinned = busy + len(urgent), pinned + own[1] - estimated
         ranked = aged + sorted((t for t in waiting if t not in aged), key=lambda t: self.rank(t, view, pinned))
         room, kv_free = max(0, self.knee - busy), self.kv_tokens * KV_SHARE - pinned
+        starts = self.starts(view)
         admitted: list[Ticket] = []
+        retained = self.retained(view, pinned)
         for ticket in ranked[:room]:  # in order: a request that does not fit waits, and so do those after it
             if ticket.prompt_tokens > kv_free and (busy or admitted):
                 break
+            if ticket.session_id not in view.sessions:  # a new session
+                if starts is not None and starts <= 0 and (busy or admitted):
+                    continue  # enough sessions run for the ones left to end soonest on average
+                need = max(ticket.prompt_tokens, self.kv_tokens // max(1, self.knee))  # its context will grow
+                if retained is not None and retained + need > self.kv_tokens * (self.retain or 1.0) \
+                        and (busy or admitted):
+                    continue  # a new session waits until the started ones' contexts leave it room
+                retained = None if retained is None else retained + need
+                starts = None if starts is None else starts - 1
             admitted.append(ticket)
             kv_free -= ticket.prompt_tokens
-        held = ranked[len(admitted):]
-        decision = [(t.request_id, t.priority) for t in admitted]
+        held = [t for t in ranked if t not in admitted]
+        decision = [(t.request_id, t.priority) for t in urgent + admitted]
         abort: tuple[str, ...] = ()
         if held:  # authoritative requests wait: speculation gives way
             abort = tuple(t.request_id for t in view.running if t.speculative)
         else:
-            free = (self.knee if self.spec_room is None else self.spec_room) - len(view.running) - len(admitted)
+            free = ((self.knee if self.spec_room is None else self.spec_room) - len(view.running) - len(urgent)
+                    - len(admitted))
             spare = [t for t in view.waiting if t.speculative and t.request_id not in drop]
             decision += [(t.request_id, t.priority) for t in spare[:max(0, free)]]
         wake = min((t.arrived + self.max_wait - view.now for t in held
                     if t not in aged and t.session_id in view.sessions), default=None)
-        if held and (busy, pinned) != (len(view.running), estimated):  # the engine's counts may be a step old
+        if held and (busy, pinned) != own:  # the engine's counts may be a step old
             wake = RECHECK if wake is None else min(wake, RECHECK)
         return Decision(tuple(decision), abort, drop, wake)
+
+    def starts(self, view: View) -> int | None:
+        """New sessions that may start now (None: any within the knee): while M sessions are left, about
+        sqrt(M * batch_cost) run at once, the started ones counted until they end."""
+        if self.batch_cost is None:
+            return None
+        new = {t.session_id for t in view.waiting + view.running if t.session_id not in view.sessions}
+        started = sum(1 for p in view.sessions.values() if not p.finished)
+        running_new = {t.session_id for t in view.running if t.session_id not in view.sessions}
+        target = max(1, math.ceil(math.sqrt((len(new) + started) * self.batch_cost)))
+        return target - started - len(running_new)
+
+    def retained(self, view: View, pinned: int) -> int | None:
+        """KV tokens the started sessions need (None: `retain` is off): prompts in flight, and each session
+        between two requests that has not ended at least the mean context the knee is sized by
+        (kv_tokens / knee), as its context grows to about that over its life."""
+        if self.retain is None:
+            return None
+        busy = {t.session_id for t in view.running}
+        mean = self.kv_tokens // max(1, self.knee)
+        return pinned + sum(max(mean, p.context_tokens) for s, p in view.sessions.items()
+                            if s not in busy and not p.finished)
 
     def in_flight(self, view: View, estimated: int) -> tuple[int, int]:
         """Requests in the engine and KV tokens they hold: the co-scheduler's own books, or the engine's
@@ -300,6 +358,13 @@ class CoScheduler:
         self.sessions[session_id] = replace(progress, tool_started=self.now(), tool_expected=expected)
         self._decide()
 
+    def session_ended(self, session_id: str) -> None:
+        """A client's word that a session is over: it sends no more requests (policies that count sessions
+        in flight, as `harness.cosched_policies.Cap`, free its place)."""
+        progress = self.sessions.get(session_id, Progress())
+        self.sessions[session_id] = replace(progress, finished=True)
+        self._decide()
+
     def pacing(self, session_id: str) -> PacingState:
         """Where one session stands: admitted, or waiting since when and at which place."""
         entries = [e for e in self._entries.values() if not e.ticket.speculative]
@@ -336,7 +401,7 @@ class CoScheduler:
             gap = ticket.arrived - progress.ended_at  # the tools (and the client) between two requests
             mean = gap if progress.mean_gap is None else (progress.mean_gap + gap) / 2
             self.sessions[session_id] = replace(progress, ended_at=None, mean_gap=mean, tool_started=None,
-                                                tool_expected=None)
+                                                tool_expected=None, last_gap=gap)
         entry = _Entry(ticket, request)
         self._entries[request.request_id] = entry
         self._record("arrive", ticket)
@@ -353,12 +418,16 @@ class CoScheduler:
         entry.step = Step.DONE
         self._entries.pop(entry.ticket.request_id, None)
         if usage is not None:
-            self.written += usage.prompt_tokens - usage.cached_tokens + usage.output_tokens
+            computed = usage.prompt_tokens - usage.cached_tokens + usage.output_tokens
+            self.written += computed
+            before = self.sessions.get(entry.ticket.session_id, Progress())
             if not entry.ticket.speculative:
-                before = self.sessions.get(entry.ticket.session_id, Progress())
                 self.sessions[entry.ticket.session_id] = Progress(
                     before.steps + 1, usage.prompt_tokens + usage.output_tokens, self.written, self.now(),
-                    before.mean_gap)
+                    before.mean_gap, last_gap=before.last_gap, attained=before.attained + computed,
+                    finished=before.finished)
+            elif entry.ticket.session_id in self.sessions:  # a warm prefill is service the session got too
+                self.sessions[entry.ticket.session_id] = replace(before, attained=before.attained + computed)
         self._record("end", entry.ticket)
         self._decide()
 

@@ -125,10 +125,12 @@ def test_repetitions_rotate_the_modes_and_pool_their_sessions() -> None:
     from harness.bench.trace_workload import trace_workload
 
     short = next(s.name for s in trace_workload(TRACES, 0.3)[0] if len(s.recording.turns) <= 20)
-    result = cosched.run([2], "sim", "gpu", [short], None, 1, progress=False, traces=TRACES, holdout=0.3, repeat=2)
+    result = cosched.run([2], "sim", "gpu", [short], None, 1, progress=False, traces=TRACES, holdout=0.3, repeat=2,
+                         modes=("fcfs", "cap", "tao+spec"), caps=(1, 2))
     [row] = result["levels"]
-    assert row["order"] == [["fcfs", "spec", "cosched"], ["spec", "cosched", "fcfs"]]
-    for mode in ("fcfs", "spec", "cosched"):
+    assert row["order"] == [["fcfs", "cap-1", "cap-2", "tao+spec"], ["cap-1", "cap-2", "tao+spec", "fcfs"]]
+    assert row["modes"]["cap"]["limit"] in (1, 2)  # the better of the two limits, reported as `cap`
+    for mode in ("fcfs", "cap-1", "cap-2", "tao+spec"):
         summary = row["modes"][mode]
         assert summary["runs"] == 4 and len(summary["repetition_means"]) == 2  # 2 sessions, twice
         assert min(summary["repetition_means"]) <= summary["mean"] <= max(summary["repetition_means"])

@@ -226,3 +226,20 @@ def test_a_sessions_return_is_expected_from_its_hint_else_from_the_gaps_observed
     assert nothing_seen is None and ended is not None
     assert observed is not None and abs(observed - ended - 4.0) < 0.5  # the gap, measured on the virtual clock
     assert hinted is not None and hinted > observed + 20  # the hint overrides the gaps
+
+
+def test_the_scheduler_counts_each_sessions_attained_service_and_hears_when_it_ends() -> None:
+    async def main() -> tuple[int, int, int, float | None, bool]:
+        cosched = CoScheduler(SimEngine(replace(FLAT, chars_per_token=1.0)), FCFS())
+        first = await drain(cosched, "s", request("r1", 4))
+        after_one = cosched.sessions["s"].attained
+        second = await drain(cosched, "s", request("r2", 4), delay=2.0)
+        assert first.usage is not None and second.usage is not None
+        computed = sum(u.prompt_tokens - u.cached_tokens + u.output_tokens for u in (first.usage, second.usage))
+        cosched.session_ended("s")
+        progress = cosched.sessions["s"]
+        return after_one, progress.attained, computed, progress.last_gap, progress.finished
+
+    after_one, attained, computed, gap, finished = virtual(main)
+    assert 0 < after_one < attained == computed  # uncached prompt tokens and output tokens, both requests
+    assert gap is not None and abs(gap - 2.0) < 0.5 and finished

@@ -4,7 +4,7 @@
 
 One panel per result file (a full `--json` result, or a `--partial` file: levels only, any modes):
 mean (solid) and p99 (dashed) session time against concurrent sessions, one colour per mode.
-Needs matplotlib (`pip install matplotlib`), which Tao itself does not.
+Needs matplotlib: the optional `plot` extra (`pip install -e '.[plot]'`); Tao itself does not.
 """
 
 from __future__ import annotations
@@ -16,8 +16,11 @@ from typing import Any
 
 from harness.errors import UsageError
 
-COLOURS = {"fcfs": "#7f7f7f", "spec": "#1f77b4", "cosched": "#d62728"}
-LABELS = {"fcfs": "fcfs, no speculation", "spec": "speculation, no pacing", "cosched": "speculation + co-scheduler"}
+COLOURS = {"fcfs": "#7f7f7f", "spec": "#1f77b4", "cap": "#2ca02c", "las": "#9467bd", "ttl": "#8c564b",
+           "tao": "#ff7f0e", "tao+spec": "#d62728", "cosched": "#d62728"}  # cosched: tao+spec in older results
+LABELS = {"fcfs": "fcfs, no speculation", "spec": "speculation, no pacing", "cap": "best cap on sessions in flight",
+          "las": "least attained service", "ttl": "TTL retention (Continuum-like)", "tao": "tao: pacing",
+          "tao+spec": "tao: pacing + speculation", "cosched": "speculation + co-scheduler"}
 
 
 def plot(results: list[dict[str, Any]], out: Path) -> None:
@@ -28,7 +31,7 @@ def plot(results: list[dict[str, Any]], out: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        raise UsageError("plotting needs matplotlib: pip install matplotlib") from None
+        raise UsageError("plotting needs matplotlib, an optional extra: pip install -e '.[plot]'") from None
     cols = len(results) if len(results) <= 3 else 2  # four or more panels go in rows of two
     rows = -(-len(results) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.4 * rows), squeeze=False)

@@ -3,11 +3,16 @@
 Each session is one of examples/sessions, its task tagged so that no two sessions share a prefix
 beyond the system prompt. The model's answers are the recorded ones, forced through the engine
 (ForcedReplayEngine); the tools are simulated from the session's book (harness.bench.simtools), so
-they take their recorded time and return their recorded output. Three modes:
+they take their recorded time and return their recorded output. The modes:
 
 - `fcfs`: no speculation, every request straight to the engine (plain vLLM);
 - `spec`: Tao's speculation (tool speculation and KV pre-warming), no pacing;
-- `cosched`: Tao's speculation, requests paced by the co-scheduler (harness.coscheduler.Pacing).
+- `cap`: no speculation, FCFS with at most C sessions in flight (harness.cosched_policies.Cap, a batch
+  run's `--workers C`), run once per C of a sweep (`cap-16`, `cap-24`, ...);
+- `las`: no speculation, least attained service first (harness.cosched_policies.LAS, Autellix-like);
+- `ttl`: no speculation, Continuum-like retention (harness.cosched_policies.TTL);
+- `tao`: no speculation, requests paced by the co-scheduler (harness.coscheduler.Pacing);
+- `tao+spec`: Tao's speculation and the co-scheduler's pacing.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from harness import protocol
 from harness.bench import recordings as recorded
 from harness.bench.simtools import Book, record_book, sim_tools
 from harness.bench.trace_workload import trace_workload
-from harness.coscheduler import FCFS, KNEE_SHARE, CoScheduler, Pacing, Policy
+from harness.cosched_policies import LAS, TTL, Cap
+from harness.coscheduler import FCFS, KNEE_SHARE, KV_SHARE, CoScheduler, Pacing, Policy
 from harness.engine.api import Engine, LLMRequest
 from harness.engine.recorded import ForcedReplayEngine
 from harness.engine.sim import Profile
@@ -35,7 +41,11 @@ from harness.speculation.prediction.patterns import Analyzer
 from sandbox import Workspace
 from tools import tool_specs
 
-MODES = ("fcfs", "spec", "cosched")
+MODES = ("fcfs", "spec", "cap", "las", "ttl", "tao", "tao+spec")
+DEFAULT_MODES = ("fcfs", "cap", "las", "ttl", "tao", "tao+spec")  # the issue's: plain vLLM, the rivals, Tao
+SPECULATING = ("spec", "tao+spec")
+RIVALS = ("cap", "las", "ttl")  # the strongest schedulers without Tao's pacing, Tao's ratio is to their best
+CAPS = (16, 24, 32, 48)  # the sessions-in-flight limits `cap` sweeps by default
 WAIT_TURNS = 8  # bounded wait: a started session's request goes first after this many typical turns (at the knee)
 SPEC_SHARE = 0.25  # speculative prefills start only while fewer than this share of the knee are in flight
 
@@ -112,21 +122,43 @@ def pacing_for(profile: Profile, workload: Workload) -> Pacing:
     """The co-scheduler's policy for an engine of this profile and this workload."""
     context = int(workload.context_chars() / profile.chars_per_token)
     knee = profile.knee(context, KNEE_SHARE)
+    step = profile.step  # a step of `a + b * batch` seconds at the workload's mean context: batch_cost = a / b
+    batch_cost = step.base / (step.per_seq + step.per_decode_pair * context)
     return Pacing(knee=knee, kv_tokens=profile.kv_tokens, max_wait=WAIT_TURNS * workload.turn_seconds(profile, knee),
-                  expected_steps=workload.mean_steps(), spec_room=max(1, round(knee * SPEC_SHARE)))
+                  expected_steps=workload.mean_steps(), spec_room=max(1, round(knee * SPEC_SHARE)),
+                  batch_cost=round(batch_cost, 3), retain=KV_SHARE)
 
 
-def policy_for(mode: str, pacing: Pacing) -> Policy:
-    return pacing if mode == "cosched" else FCFS()
+def reload_per_token(profile: Profile, workload: Workload) -> float:
+    """Seconds a token of the workload's mean context takes to prefill again once dropped from the cache."""
+    context = max(1, int(workload.context_chars() / profile.chars_per_token))
+    return profile.step.prefill_seconds(context) / context
 
 
-async def run_group(engine: Engine, workload: Workload, members: list[int], mode: str, pacing: Pacing,
+def variants(wanted: tuple[str, ...], caps: tuple[int, ...]) -> list[str]:
+    """The runs of a level, in MODES order: each wanted mode, `cap` once per limit (`cap-16`, ...)."""
+    return [v for mode in MODES if mode in wanted for v in ([f"cap-{c}" for c in caps] if mode == "cap" else [mode])]
+
+
+def policy_for(variant: str, pacing: Pacing, reload: float) -> Policy:
+    """The co-scheduler's policy for one run (a mode, or `cap-C`), with the workload's pacing and reload cost."""
+    if variant.startswith("cap-"):
+        return Cap(int(variant.removeprefix("cap-")))
+    if variant == "las":
+        return LAS()
+    if variant == "ttl":
+        return TTL(pacing.kv_tokens, reload)
+    return pacing if variant in ("tao", "tao+spec") else FCFS()
+
+
+async def run_group(engine: Engine, workload: Workload, members: list[int], mode: str, policy: Policy,
                     tag: str, root: Path) -> dict[str, Any]:
-    """Run these sessions (indices into the workload) together in one mode; their times and the scheduler's log.
+    """Run these sessions (indices into the workload) together in one mode (speculating in SPECULATING) and
+    policy; their times and the scheduler's log.
 
     `root` is the (empty) workspace every session works in: the same path, so the same system prompt.
     """
-    cosched = CoScheduler(engine, policy_for(mode, pacing))
+    cosched = CoScheduler(engine, policy)
     started = asyncio.get_running_loop().time()
     runs = await asyncio.gather(*(_one(cosched, workload, index, n, mode, root, tag, started)
                                   for n, index in enumerate(members)))
@@ -147,7 +179,7 @@ async def _one(cosched: CoScheduler, workload: Workload, index: int, n: int, mod
     events: list[Event] = []
     session_id = f"{tag}-{n}"
     engine = ForcedReplayEngine(cosched.engine_for(session_id), session.recording)
-    analyzer = Analyzer(workload.model or PatternModel()) if mode != "fcfs" else None
+    analyzer = Analyzer(workload.model or PatternModel()) if mode in SPECULATING else None
     workspace = Workspace(root, watch="stat")
     task = f"[{session_id}] {session.recording.task or ''}"
     config = SessionConfig(max_steps=len(session.recording.turns) + 1, max_seconds=1e7)
@@ -157,6 +189,7 @@ async def _one(cosched: CoScheduler, workload: Workload, index: int, n: int, mod
         end = await loop.run()
     finally:
         workspace.close()
+        cosched.session_ended(session_id)  # a worker's slot frees (Cap)
     llm = [e for e in events if isinstance(e, LLMEnd)]
     summary = next((e for e in events if isinstance(e, SpecSummary)), None)
     settles = [e for e in events if isinstance(e, SpecObsSettle)]

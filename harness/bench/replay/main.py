@@ -116,8 +116,8 @@ def plot(result: dict[str, Any], path: Path) -> str | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return (f"tao: no plot written to {path}: matplotlib is not installed (it is not a dependency; "
-                "`pip install matplotlib` to draw it)")
+        return (f"tao: no plot written to {path}: matplotlib is not installed (it is the optional `plot` extra: "
+                "`pip install -e '.[plot]'` to draw it)")
     figure, axis = plt.subplots(figsize=(8, 4.2))
     labels = list(result["tpot_ms"])
     for offset, key, color, name in ((-0.18, "per_trajectory_reduction", "tab:blue", "Tao"),
