@@ -440,6 +440,10 @@ class CoScheduler:
 
     def _decide(self) -> None:
         """Ask the policy and carry its decision out."""
+        # A reader cancelled while waiting has its admission future cancelled at once, but its stream's
+        # `finally` runs only when its task resumes: such a request is gone, and must not be admitted.
+        for entry in [e for e in self._entries.values() if e.step is Step.WAITING and e.admitted.done()]:
+            self._drop(entry, "drop")
         entries = list(self._entries.values())
         view = View(self.now(), tuple(e.ticket for e in entries if e.step is Step.WAITING),
                     tuple(e.ticket for e in entries if e.step is Step.RUNNING), dict(self.sessions), self.written,

@@ -7,6 +7,7 @@ checked on what the CoScheduler actually did (its records) while real streams ra
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
 
 from harness.coscheduler import FCFS, CoScheduler, Decision, Pacing, Record, View
@@ -243,3 +244,23 @@ def test_the_scheduler_counts_each_sessions_attained_service_and_hears_when_it_e
     after_one, attained, computed, gap, finished = virtual(main)
     assert 0 < after_one < attained == computed  # uncached prompt tokens and output tokens, both requests
     assert gap is not None and abs(gap - 2.0) < 0.5 and finished
+
+
+def test_a_waiting_reader_cancelled_before_its_stream_ends_is_dropped_not_admitted() -> None:
+    """Task.cancel() cancels the admission future at once; a decision in the same loop turn must skip it."""
+    async def main() -> list[Record]:
+        cosched = CoScheduler(SimEngine(FLAT), Pacing(knee=1, kv_tokens=16_384, max_wait=1e6))
+        running = asyncio.create_task(drain(cosched, "s0", request("r0", tokens=50)))
+        waiting = asyncio.create_task(drain(cosched, "s1", request("r1")))
+        await asyncio.sleep(0.001)
+        cosched.policy = FCFS()  # the next decision admits whatever waits
+        waiting.cancel()
+        cosched.tool_started("s0", expected=None)  # a decision before the cancelled task resumes
+        await running
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        return cosched.records
+
+    records = virtual(main)
+    assert actions(records, "r1") == ["arrive", "drop"]
+    assert actions(records, "r0") == ["arrive", "admit", "end"]
