@@ -13,7 +13,9 @@ admission, cached prompt share; and Tao's ratios to the best rival and to fcfs, 
 `cpu-bf16` or a calibration JSON (`tao bench calibrate`); the co-scheduler paces by the same profile (for
 the embedded engine: this CPU's built-in profile unless `--profile` says otherwise, with the engine's own
 KV cache size). `--repeat` runs every level again, the modes' order rotating. JSON with `--json`, and a
-table; `--partial` keeps the levels done so far in a file, for long real-engine runs.
+table; `--partial` keeps the levels done so far in a file, for long real-engine runs. `--fit` cuts every session
+to the engine's context window (harness.bench.cosched_fit), the same cut for sim and embedded; `--kv-tokens`
+sizes the KV cache (the embedded engine's, or the simulated profile's) so that about K contexts fit.
 """
 
 from __future__ import annotations
@@ -365,6 +367,7 @@ examples:
   tao bench cosched --sessions 1,4,16 --engine embedded --json > r.json  # the real vLLM CPU engine
   T=../shared/traces/mini-swe-agent-gemini-3-pro-swebench-verified       # real SWE-bench trajectories:
   tao bench cosched --engine sim --traces $T --holdout 0.3
+  tao bench cosched --engine embedded --traces $T --holdout 0.3 --fit --kv-tokens 18944   # cut to 8k, K = 4
   tao bench cosched-plot sim.json r.json --out docs/cosched.png"""
 
 
