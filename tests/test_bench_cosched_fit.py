@@ -105,3 +105,12 @@ def test_k_is_how_many_mean_contexts_the_kv_cache_holds() -> None:
     k = cosched.kv_contexts(replace(PROFILES["cpu"], kv_tokens=mean * 4 + 1), whole)
     assert k == {"mean": mean, "max": largest, "kv_tokens": mean * 4 + 1, "k": 4}
     assert mean < largest
+
+
+def test_the_tokenizer_cuts_where_the_text_has_fewer_characters_a_token_than_the_profile_says() -> None:
+    whole = workload()
+    profile = flat_profile(kv_tokens=65_536, max_model_len=window(whole, 4))
+    by_chars = fit(whole, profile).workload.sessions[0]
+    by_tokens = fit(whole, profile, lambda text: len(text) * 6 // 5).workload.sessions[0]
+    assert len(by_tokens.recording.turns) < len(by_chars.recording.turns) == 4
+    assert '"name": "finish"' in by_tokens.recording.turns[-1].text

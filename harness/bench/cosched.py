@@ -28,6 +28,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, replace
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,6 +167,17 @@ def context_line(profile: Profile, workload: runner.Workload) -> str:
             f"the KV cache ({k['kv_tokens']:,} tokens) holds K = {k['k']} mean contexts")
 
 
+def embedded_tokens() -> Callable[[str], int]:
+    """Tokens of a text under the embedded model's tokenizer: the real CPU engine's count, which --fit holds to
+    its window as well as the profile's characters a token."""
+    from transformers import AutoTokenizer
+
+    from harness.engine.embedded_model import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(None))
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+
+
 def check_kv_tokens(asked: int, profile: Profile) -> None:
     """UsageError unless `asked` tokens hold one whole context and are no more than the profile's cache."""
     if asked < profile.max_model_len:
@@ -283,7 +295,7 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
     # On the real clock: a session's book is recorded by running the real tools, whose timeouts a virtual
     # clock would fire at once (every subprocess wait jumps the clock ahead).
     workload = asyncio.run(runner.load_workload(only, model_path, cache_dir(), traces, holdout))
-    fitted = fit_workload(workload, profile) if fit else None
+    fitted = fit_workload(workload, profile, embedded_tokens()) if fit else None
     if fitted is not None:
         workload = fitted.workload
         if progress:
@@ -400,7 +412,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"(default {','.join(map(str, runner.CAPS))})")
     parser.add_argument("--fit", action="store_true",
                         help="cut each session before its first step that outgrows 95%% of the engine's context "
-                             "window, its last kept turn a final answer; sessions keeping fewer than 3 steps are "
+                             "window (by the profile's characters a token and by the embedded model's tokenizer), "
+                             "its last kept turn a final answer; sessions keeping fewer than 3 steps are "
                              "left out (the same cut for sim and embedded, so they can be compared)")
     parser.add_argument("--kv-tokens", type=int, help="size the KV cache to this many tokens, at least the window "
                                                       "(8192 on the CPU engine) and at most the profile's: the "
