@@ -379,7 +379,7 @@ examples:
   tao bench cosched --sessions 1,4,16 --engine embedded --json > r.json  # the real vLLM CPU engine
   T=../shared/traces/mini-swe-agent-gemini-3-pro-swebench-verified       # real SWE-bench trajectories:
   tao bench cosched --engine sim --traces $T --holdout 0.3
-  tao bench cosched --engine embedded --traces $T --holdout 0.3 --fit --kv-tokens 18944   # cut to 8k, K = 4
+  tao bench cosched --engine embedded --traces $T --holdout 0.3 --fit --kv-tokens 17408   # cut to 8k, K = 4
   tao bench cosched-plot sim.json r.json --out docs/cosched.png"""
 
 
