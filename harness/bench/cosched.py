@@ -13,7 +13,9 @@ admission, cached prompt share; and Tao's ratios to the best rival and to fcfs, 
 `cpu-bf16` or a calibration JSON (`tao bench calibrate`); the co-scheduler paces by the same profile (for
 the embedded engine: this CPU's built-in profile unless `--profile` says otherwise, with the engine's own
 KV cache size). `--repeat` runs every level again, the modes' order rotating. JSON with `--json`, and a
-table; `--partial` keeps the levels done so far in a file, for long real-engine runs.
+table; `--partial` keeps the levels done so far in a file, for long real-engine runs. `--fit` cuts every session
+to the engine's context window (harness.bench.cosched_fit), the same cut for sim and embedded; `--kv-tokens`
+sizes the KV cache (the embedded engine's, or the simulated profile's) so that about K contexts fit.
 """
 
 from __future__ import annotations
@@ -26,10 +28,12 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, replace
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from harness.bench import cosched_run as runner
+from harness.bench.cosched_fit import fit as fit_workload
 from harness.bench import run_module
 from harness.bench.calibrate import kv_tokens
 from harness.bench.live_parts import model_choice, quantile
@@ -70,16 +74,19 @@ def profile_for(name: str) -> Profile:
 async def run_levels(levels: list[int], engine_kind: str, profile: Profile, workload: runner.Workload,
                      most_groups: int, progress: bool, partial: Path | None = None,
                      wanted: tuple[str, ...] = runner.DEFAULT_MODES, repeat: int = 1,
-                     caps: tuple[int, ...] = runner.CAPS) -> tuple[list[dict[str, Any]], Pacing]:
+                     caps: tuple[int, ...] = runner.CAPS,
+                     kv_tokens_asked: int | None = None) -> tuple[list[dict[str, Any]], Pacing]:
     """Every level in every mode (`cap` once per limit of `caps`), `repeat` times, and the pacing used. The
     runs of a level go back to back, their order rotating by level and by repetition, so that drifts in the
     machine's load hit every mode. The real engine is paced by the profile's step times and its own KV cache
-    size, which differs from machine to machine (dtype, VLLM_CPU_KVCACHE_SPACE)."""
+    size, which differs from machine to machine (dtype, VLLM_CPU_KVCACHE_SPACE, --kv-tokens)."""
     root = cache_dir() / "workspace" / "repo"
     root.mkdir(parents=True, exist_ok=True)
-    shared = await _embedded() if engine_kind == "embedded" else None
+    shared = await _embedded(kv_tokens_asked) if engine_kind == "embedded" else None
     if shared is not None:
         profile = replace(profile, kv_tokens=kv_tokens(shared))
+    if progress:
+        print(f"  {context_line(profile, workload)}", file=sys.stderr, flush=True)
     pacing = runner.pacing_for(profile, workload)
     reload = runner.reload_per_token(profile, workload)
     names = runner.variants(wanted, caps)
@@ -140,10 +147,46 @@ def pick_best_cap(modes: dict[str, Any]) -> None:
         modes["cap"] = {**swept[best], "limit": int(best.removeprefix("cap-"))}
 
 
-async def _embedded() -> Any:
+async def _embedded(kv_tokens_asked: int | None = None) -> Any:
+    """The embedded engine, started in this process, its KV cache held to `kv_tokens_asked` when given."""
     from harness.engine.factory import EngineOptions, start_local
 
-    return await start_local(EngineOptions(attach=False))
+    return await start_local(EngineOptions(attach=False, kv_tokens=kv_tokens_asked))
+
+
+def kv_contexts(profile: Profile, workload: runner.Workload) -> dict[str, int]:
+    """The workload's mean and largest context in tokens, and K: how many mean contexts the KV cache holds."""
+    mean, largest = workload.context_tokens(profile)
+    return {"mean": mean, "max": largest, "kv_tokens": profile.kv_tokens, "k": profile.kv_tokens // max(1, mean)}
+
+
+def context_line(profile: Profile, workload: runner.Workload) -> str:
+    """The run's first line: the workload's context sizes and how many contexts the KV cache holds."""
+    k = kv_contexts(profile, workload)
+    return (f"workload: {len(workload.sessions)} sessions, context mean {k['mean']:,} / max {k['max']:,} tokens; "
+            f"the KV cache ({k['kv_tokens']:,} tokens) holds K = {k['k']} mean contexts")
+
+
+def embedded_tokens() -> Callable[[str], int]:
+    """Tokens of a text under the embedded model's tokenizer: the real CPU engine's count, which --fit holds to
+    its window as well as the profile's characters a token."""
+    from transformers import AutoTokenizer
+
+    from harness.engine.embedded_model import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(None))
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+
+
+def check_kv_tokens(asked: int, profile: Profile) -> None:
+    """UsageError unless `asked` tokens hold one whole context and are no more than the profile's cache."""
+    if asked < profile.max_model_len:
+        raise UsageError(f"--kv-tokens {asked}: the KV cache must hold at least one whole context, the engine's "
+                         f"window of {profile.max_model_len} tokens; give {profile.max_model_len} or more")
+    if asked > profile.kv_tokens:
+        raise UsageError(f"--kv-tokens {asked}: more than the {profile.kv_tokens:,} tokens of profile {profile.name}'s "
+                         "cache; --kv-tokens only makes the cache smaller (a larger one on the embedded engine: "
+                         "set VLLM_CPU_KVCACHE_SPACE in GiB)")
 
 
 def mode_summary(groups: list[dict[str, Any]], engine_stats: list[dict[str, Any]]) -> dict[str, Any]:
@@ -222,8 +265,10 @@ def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def run(levels: list[int], engine_kind: str, profile_name: str | None, only: list[str] | None, model: Path | None,
         most_groups: int | None, progress: bool = True, partial: Path | None = None,
         modes: tuple[str, ...] = runner.DEFAULT_MODES, traces: Path | None = None,
-        holdout: float | None = None, repeat: int = 1, caps: tuple[int, ...] = runner.CAPS) -> dict[str, Any]:
-    """The whole benchmark: load the workload, run every level in every mode, summarize."""
+        holdout: float | None = None, repeat: int = 1, caps: tuple[int, ...] = runner.CAPS, fit: bool = False,
+        kv_tokens_asked: int | None = None) -> dict[str, Any]:
+    """The whole benchmark: load the workload (cut to the engine's window with `fit`), run every level in every
+    mode, summarize. `kv_tokens_asked` sizes the KV cache: the embedded engine's, or the simulated profile's."""
     if engine_kind not in ("sim", "embedded"):
         raise UsageError(f"--engine must be sim or embedded, not {engine_kind!r}")
     if not levels or min(levels) < 1:
@@ -239,6 +284,9 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
     if most_groups is not None and most_groups < 1:
         raise UsageError(f"--groups {most_groups}: give a positive number of runs per level")
     profile = profile_for(profile_name or (local_profile() if engine_kind == "embedded" else "gpu"))
+    if kv_tokens_asked is not None:
+        check_kv_tokens(kv_tokens_asked, profile)
+        profile = replace(profile, kv_tokens=kv_tokens_asked)  # the simulator's; the real engine reports its own
     model_path, model_note = model_choice(model)
     most = most_groups if most_groups is not None else (1 if engine_kind == "embedded" else 8)
     started = time.perf_counter()
@@ -247,19 +295,27 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
     # On the real clock: a session's book is recorded by running the real tools, whose timeouts a virtual
     # clock would fire at once (every subprocess wait jumps the clock ahead).
     workload = asyncio.run(runner.load_workload(only, model_path, cache_dir(), traces, holdout))
+    fitted = fit_workload(workload, profile, embedded_tokens()) if fit else None
+    if fitted is not None:
+        workload = fitted.workload
+        if progress:
+            print(f"  {fitted.summary()}", file=sys.stderr, flush=True)
     if long := workload.too_long(profile):
         raise UsageError(f"{len(long)} of {len(workload.sessions)} sessions outgrow the engine's context window "
-                         f"({profile.max_model_len} tokens, profile {profile.name}), e.g. {long[0]}; pick "
-                         "sessions with --only, or an engine with a longer window (--profile gpu)")
+                         f"({profile.max_model_len} tokens, profile {profile.name}), e.g. {long[0]}; cut them "
+                         "to the window with --fit, pick sessions with --only, or an engine with a longer window "
+                         "(--profile gpu)")
     factory = VirtualClockLoop if engine_kind == "sim" else None
     with asyncio.Runner(loop_factory=factory) as loop:
         rows, pacing = loop.run(run_levels(levels, engine_kind, profile, workload, most, progress, partial, modes,
-                                           repeat, caps))
+                                           repeat, caps, kv_tokens_asked))
     result_ratios = ratios(rows)
     return {"config": {"engine": engine_kind, "profile": profile.name, "levels": levels, "groups_at_most": most,
                        "repeat": repeat, "modes": list(modes), "caps": list(caps),
                        "model": model_note, "pacing": asdict(pacing), "sessions": [s.name for s in workload.sessions],
                        "workload": str(traces) if traces is not None else "examples/sessions", "holdout": holdout,
+                       "fit": fit, **({"fit_steps": fitted.to_dict()} if fitted is not None else {}),
+                       "context_tokens": kv_contexts(replace(profile, kv_tokens=pacing.kv_tokens), workload),
                        "wall_seconds": round(time.perf_counter() - started, 1)},
             "levels": rows, "ratios": result_ratios, "targets": targets(result_ratios),
             "machine": {**before, "load_after": machine()["load"]}}
@@ -323,6 +379,7 @@ examples:
   tao bench cosched --sessions 1,4,16 --engine embedded --json > r.json  # the real vLLM CPU engine
   T=../shared/traces/mini-swe-agent-gemini-3-pro-swebench-verified       # real SWE-bench trajectories:
   tao bench cosched --engine sim --traces $T --holdout 0.3
+  tao bench cosched --engine embedded --traces $T --holdout 0.3 --fit --kv-tokens 17408   # cut to 8k, K = 4
   tao bench cosched-plot sim.json r.json --out docs/cosched.png"""
 
 
@@ -353,6 +410,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--caps", default=",".join(map(str, runner.CAPS)),
                         help="comma-separated limits on sessions in flight that mode cap sweeps "
                              f"(default {','.join(map(str, runner.CAPS))})")
+    parser.add_argument("--fit", action="store_true",
+                        help="cut each session before its first step that outgrows 95%% of the engine's context "
+                             "window (by the profile's characters a token and by the embedded model's tokenizer), "
+                             "its last kept turn a final answer; sessions keeping fewer than 3 steps are "
+                             "left out (the same cut for sim and embedded, so they can be compared)")
+    parser.add_argument("--kv-tokens", type=int, help="size the KV cache to this many tokens, at least the window "
+                                                      "(8192 on the CPU engine) and at most the profile's: the "
+                                                      "embedded engine's (vLLM's block count) or the simulated one; "
+                                                      "pick about K times the workload's mean context")
     parser.add_argument("--partial", type=Path, help="write the levels measured so far to this JSON file after "
                                                      "every mode (for long real-engine runs)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (table on stderr)")
@@ -369,7 +435,8 @@ def cmd_cosched(args: argparse.Namespace) -> int:
         raise UsageError(f"--modes {args.modes!r}: choose from {', '.join(runner.MODES)}")
     caps = tuple(parse_counts(args.caps, "--caps"))
     result = run(levels, args.engine, args.profile, only, args.model, args.groups, partial=args.partial, modes=modes,
-                 traces=args.traces, holdout=args.holdout, repeat=args.repeat, caps=caps)
+                 traces=args.traces, holdout=args.holdout, repeat=args.repeat, caps=caps, fit=args.fit,
+                 kv_tokens_asked=args.kv_tokens)
     report(result).emit(args.json)
     return 0
 

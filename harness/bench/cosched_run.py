@@ -64,16 +64,23 @@ class Workload:
 
     def context_chars(self) -> float:
         """Characters of a prompt, on average over every step of every session (the system prompt included)."""
-        sizes = [size for session in self._prompt_sizes() for size in session]
+        sizes = [size for session in self.prompt_sizes() for size in session]
         return sum(sizes) / len(sizes)
 
     def too_long(self, profile: Profile) -> list[str]:
         """Sessions whose last prompt and answer exceed the engine's context window."""
         limit = profile.max_model_len * profile.chars_per_token
-        return [session.name for session, sizes in zip(self.sessions, self._prompt_sizes())
+        return [session.name for session, sizes in zip(self.sessions, self.prompt_sizes())
                 if sizes[-1] + len(session.recording.turns[-1].text) > limit]
 
-    def _prompt_sizes(self) -> list[list[int]]:
+    def context_tokens(self, profile: Profile) -> tuple[int, int]:
+        """Tokens of a step's context by the profile's characters a token: the mean prompt, and the largest
+        prompt with its answer (a session's most in the KV cache)."""
+        sizes = self.prompt_sizes()
+        largest = max(s[-1] + len(session.recording.turns[-1].text) for session, s in zip(self.sessions, sizes))
+        return round(self.context_chars() / profile.chars_per_token), round(largest / profile.chars_per_token)
+
+    def prompt_sizes(self) -> list[list[int]]:
         """Characters of each step's prompt, session by session."""
         system = len(protocol.render_system_prompt(tool_specs(sim_tools(self.books[0])), "/repo", False))
         out = []

@@ -48,6 +48,8 @@ class EngineOptions:
     """openai engine: use the server's native tool calls (None: ask the server)."""
     api_key: str | None = None
     """openai engine: bearer token, if the server wants one (default: $OPENAI_API_KEY)."""
+    kv_tokens: int | None = None
+    """In-process engine: hold the KV cache to this many tokens (benchmarks); None: what the memory allows."""
 
 
 async def open_engine(options: EngineOptions) -> Engine:
@@ -119,4 +121,5 @@ async def start_local(options: EngineOptions) -> Engine:
     print(f"tao: starting the vLLM engine for {name.removeprefix('vllm:')} "
           "(tens of seconds on a CPU; `tao serve` keeps one running)...", file=sys.stderr, flush=True)
     return await VLLMEngine.start(VLLMSettings(model=model, name=name, max_model_len=max_len,
-                                               constrained=options.constrained, temperature=options.temperature))
+                                               constrained=options.constrained, temperature=options.temperature,
+                                               kv_tokens=options.kv_tokens))

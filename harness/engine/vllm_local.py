@@ -61,6 +61,9 @@ class VLLMSettings:
     """Bound on the free text before a constrained call."""
     kv_cache_gib: int = 2
     """KV cache size on CPU (VLLM_CPU_KVCACHE_SPACE), unless that variable is set already."""
+    kv_tokens: int | None = None
+    """Hold the KV cache to at least this many tokens in whole blocks (vLLM's num_gpu_blocks_override), below
+    what kv_cache_gib allows: VLLM_CPU_KVCACHE_SPACE counts whole GiB. None: all of it."""
 
 
 SHUTDOWN_GRACE = 1.0
@@ -322,6 +325,8 @@ def _build_llm(settings: VLLMSettings) -> Any:
         except (OSError, ValueError) as exc:
             raise EngineUnavailable(f"vLLM could not load model {settings.model!r}; pass a local model directory "
                                     f"or a Hugging Face name that is cached or downloadable ({exc})") from None
+        if settings.kv_tokens is not None:  # one block more: vLLM holds a null block back from every request
+            config.cache_config.num_gpu_blocks_override = -(-settings.kv_tokens // config.cache_config.block_size) + 1
         try:
             if on_cpu and asked is None and not converted_in_this_process():
                 _fork_engine_core()
