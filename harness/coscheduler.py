@@ -117,7 +117,6 @@ class View:
     sessions: Mapping[str, Progress]
     written: int  # tokens written into the KV cache by finished requests, since the start
     engine: EngineLoad | None = None  # the engine's own counts, where it reports them
-    prefilling: frozenset[str] = frozenset()  # running requests that have not streamed their first token yet
 
 
 @dataclass(frozen=True)
@@ -190,8 +189,6 @@ class Pacing:
         busy, pinned = busy + len(urgent), pinned + own[1] - estimated
         ranked = aged + sorted((t for t in waiting if t not in aged), key=lambda t: self.rank(t, view, pinned))
         room, kv_free = max(0, self.knee - busy), self.kv_tokens * KV_SHARE - pinned
-        if urgent or any(t.priority <= INTERACTIVE_PRIORITY and t.request_id in view.prefilling for t in view.running):
-            room = 0  # a person's prompt is in its prefill: no other prefill may share its engine steps
         starts = self.starts(view)
         admitted: list[Ticket] = []
         retained = self.retained(view, pinned)
@@ -312,7 +309,6 @@ class _Entry:
     request: LLMRequest
     step: Step = Step.WAITING
     aborting: bool = False
-    streamed: bool = False  # its first chunk came back: its prefill is over
     admitted: asyncio.Future[int | None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -347,10 +343,6 @@ class CoScheduler:
                 return
             async with contextlib.aclosing(self.engine.stream(replace(request, priority=priority))) as chunks:
                 async for chunk in chunks:
-                    if not entry.streamed:
-                        entry.streamed = True
-                        if entry.ticket.priority <= INTERACTIVE_PRIORITY:
-                            self._decide()  # what its prefill held back may start now
                     usage = chunk.usage or usage
                     finished = finished or chunk.finish_reason is not None
                     yield chunk
@@ -455,8 +447,7 @@ class CoScheduler:
         entries = list(self._entries.values())
         view = View(self.now(), tuple(e.ticket for e in entries if e.step is Step.WAITING),
                     tuple(e.ticket for e in entries if e.step is Step.RUNNING), dict(self.sessions), self.written,
-                    engine_load(self.engine),
-                    frozenset(e.ticket.request_id for e in entries if e.step is Step.RUNNING and not e.streamed))
+                    engine_load(self.engine))
         decision = self.policy.decide(view)
         for request_id in decision.drop:
             if (entry := self._entries.get(request_id)) is not None and entry.step is Step.WAITING:

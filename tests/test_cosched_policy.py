@@ -235,16 +235,6 @@ def test_pacing_admits_interactive_requests_even_over_the_knee() -> None:
     assert admitted(one_free) == ["i"]  # the interactive request takes the free place
 
 
-def test_pacing_starts_no_batch_prefill_beside_a_persons_prefill() -> None:
-    """vLLM's chunked prefill shares each step's tokens: a batch prompt beside a person's would slow its first token."""
-    sessions = {"s1": Progress(steps=1)}
-    running = [interactive("i", "me")]
-    in_prefill = View(10.0, (ticket("b", "s1", 0.0),), tuple(running), sessions, 0, None, frozenset({"i"}))
-    assert admitted(PACING.decide(in_prefill)) == []
-    answering = View(10.0, (ticket("b", "s1", 0.0),), tuple(running), sessions, 0, None, frozenset())
-    assert admitted(PACING.decide(answering)) == ["b"]  # its first token is out: the batch goes on
-
-
 def test_every_rival_admits_interactive_requests_first_even_when_full() -> None:
     full = {f"s{i}": Progress(steps=1, context_tokens=4_000, ended_at=9.0) for i in range(3)}
     waiting = [ticket("b", "new", 0.0, tokens=4_000), interactive("i", "me", 5.0)]
