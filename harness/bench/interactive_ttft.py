@@ -92,6 +92,9 @@ async def measure(batch: int, reps: int) -> dict[str, object]:
     samples: dict[str, dict[str, list[float]]] = {name: {"idle": [], "loaded": []} for name in policies}
     names = list(policies)
     try:
+        async with serving(CoScheduler(engine, FCFS()), "bench") as url, \
+                httpx.AsyncClient(base_url=url, timeout=600) as client:
+            await one_round(client, batch)  # unmeasured: the first requests of a fresh engine are slower
         for rep in range(reps):
             for name in names[rep % len(names):] + names[:rep % len(names)]:
                 cosched = CoScheduler(engine, policies[name])
