@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.coscheduler import INTERACTIVE_PRIORITY, KV_SHARE, Decision, Progress, Ticket, View, interactive_first
-from harness.speculation.running.observation import WARM_PRIORITY
+from harness.engine.api import WARM_PRIORITY
 
 
 @dataclass(frozen=True)

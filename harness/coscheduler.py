@@ -43,8 +43,7 @@ from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from harness.engine.api import Chunk, Engine, EngineLoad, LLMRequest, Usage, engine_load
-from harness.speculation.running.observation import WARM_PRIORITY
+from harness.engine.api import WARM_PRIORITY, Chunk, Engine, EngineLoad, LLMRequest, Usage, engine_load
 
 # A request of an interactive session (a person waits at a terminal): every policy admits it first.
 # Batch sessions send 0; speculative prefills WARM_PRIORITY and above (vLLM's convention: lower runs first).
@@ -422,10 +421,10 @@ class CoScheduler:
             self.written += computed
             before = self.sessions.get(entry.ticket.session_id, Progress())
             if not entry.ticket.speculative:
-                self.sessions[entry.ticket.session_id] = Progress(
-                    before.steps + 1, usage.prompt_tokens + usage.output_tokens, self.written, self.now(),
-                    before.mean_gap, last_gap=before.last_gap, attained=before.attained + computed,
-                    finished=before.finished)
+                self.sessions[entry.ticket.session_id] = replace(
+                    before, steps=before.steps + 1, context_tokens=usage.prompt_tokens + usage.output_tokens,
+                    written_at_end=self.written, ended_at=self.now(), tool_started=None, tool_expected=None,
+                    attained=before.attained + computed)
             elif entry.ticket.session_id in self.sessions:  # a warm prefill is service the session got too
                 self.sessions[entry.ticket.session_id] = replace(before, attained=before.attained + computed)
         self._record("end", entry.ticket)
