@@ -14,7 +14,7 @@ import pytest
 
 from harness.bench import cosched
 from harness.bench import cosched_run as runner
-from harness.bench.cosched_fit import FIT_SHARE, fit
+from harness.bench.cosched_fit import FIT_SHARE, first_steps, fit
 from harness.bench.recordings import LiveSession
 from harness.bench.simtools import Book, RecordedCall
 from harness.calls.canonical import canonical
@@ -83,6 +83,31 @@ def test_a_session_is_cut_where_it_outgrows_the_window_and_ends_with_a_final_ans
     runs = virtual(main)["sessions"]
     assert isinstance(runs, list)
     assert [(r["status"], r["steps"]) for r in runs] == [(Status.FINISHED, 4), (Status.FINISHED, 3)]
+
+
+def test_steps_keeps_each_sessions_first_turns_and_ends_it_there(tmp_path: Path) -> None:
+    whole = workload()
+    cut = first_steps(whole, 3)
+
+    long, short, early = cut.sessions
+    assert len(long.recording.turns) == 3 and len(early.recording.turns) == 3
+    assert '"name": "finish"' in long.recording.turns[-1].text and "read_file" not in long.recording.turns[-1].text
+    assert long.recording.turns[:2] == whole.sessions[0].recording.turns[:2]
+    assert [len(b.calls) for b in cut.books] == [2, 2, 2]  # the short one (2 calls, then finish) was already 3 turns
+    assert short.recording.turns == whole.sessions[1].recording.turns
+    with pytest.raises(UsageError, match="--steps 2: keep at least 3"):
+        first_steps(whole, 2)
+
+    async def main() -> dict[str, object]:
+        engine = SimEngine(flat_profile(kv_tokens=65_536, block_size=16, max_seqs=64, max_batched_tokens=65_536))
+        try:
+            return await runner.run_group(engine, cut, [0, 2], "fcfs", FCFS(), "steps", tmp_path)
+        finally:
+            await engine.close()
+
+    runs = virtual(main)["sessions"]
+    assert isinstance(runs, list)
+    assert [(r["status"], r["steps"]) for r in runs] == [(Status.FINISHED, 3), (Status.FINISHED, 3)]
 
 
 def test_a_workload_of_which_nothing_fits_says_so() -> None:

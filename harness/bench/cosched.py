@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import cosched_run as runner
-from harness.bench.cosched_fit import fit as fit_workload
+from harness.bench.cosched_fit import first_steps, fit as fit_workload
 from harness.bench import run_module
 from harness.bench.calibrate import kv_tokens
 from harness.bench.live_parts import model_choice, quantile
@@ -266,9 +266,10 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
         most_groups: int | None, progress: bool = True, partial: Path | None = None,
         modes: tuple[str, ...] = runner.DEFAULT_MODES, traces: Path | None = None,
         holdout: float | None = None, repeat: int = 1, caps: tuple[int, ...] = runner.CAPS, fit: bool = False,
-        kv_tokens_asked: int | None = None) -> dict[str, Any]:
-    """The whole benchmark: load the workload (cut to the engine's window with `fit`), run every level in every
-    mode, summarize. `kv_tokens_asked` sizes the KV cache: the embedded engine's, or the simulated profile's."""
+        kv_tokens_asked: int | None = None, steps: int | None = None) -> dict[str, Any]:
+    """The whole benchmark: load the workload (cut to the engine's window with `fit`, to its first `steps` turns),
+    run every level in every mode, summarize. `kv_tokens_asked` sizes the KV cache: the embedded engine's, or the
+    simulated profile's."""
     if engine_kind not in ("sim", "embedded"):
         raise UsageError(f"--engine must be sim or embedded, not {engine_kind!r}")
     if not levels or min(levels) < 1:
@@ -300,6 +301,8 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
         workload = fitted.workload
         if progress:
             print(f"  {fitted.summary()}", file=sys.stderr, flush=True)
+    if steps is not None:
+        workload = first_steps(workload, steps)
     if long := workload.too_long(profile):
         raise UsageError(f"{len(long)} of {len(workload.sessions)} sessions outgrow the engine's context window "
                          f"({profile.max_model_len} tokens, profile {profile.name}), e.g. {long[0]}; cut them "
@@ -314,7 +317,7 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
                        "repeat": repeat, "modes": list(modes), "caps": list(caps),
                        "model": model_note, "pacing": asdict(pacing), "sessions": [s.name for s in workload.sessions],
                        "workload": str(traces) if traces is not None else "examples/sessions", "holdout": holdout,
-                       "fit": fit, **({"fit_steps": fitted.to_dict()} if fitted is not None else {}),
+                       "fit": fit, "steps": steps, **({"fit_steps": fitted.to_dict()} if fitted is not None else {}),
                        "context_tokens": kv_contexts(replace(profile, kv_tokens=pacing.kv_tokens), workload),
                        "wall_seconds": round(time.perf_counter() - started, 1)},
             "levels": rows, "ratios": result_ratios, "targets": targets(result_ratios),
@@ -419,6 +422,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                       "(8192 on the CPU engine) and at most the profile's: the "
                                                       "embedded engine's (vLLM's block count) or the simulated one; "
                                                       "pick about K times the workload's mean context")
+    parser.add_argument("--steps", type=int, help="cut every session to its first STEPS model turns (after --fit), "
+                        "the last kept one its final answer: the real engine's long levels in hours, not a day")
     parser.add_argument("--partial", type=Path, help="write the levels measured so far to this JSON file after "
                                                      "every mode (for long real-engine runs)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (table on stderr)")
@@ -436,7 +441,7 @@ def cmd_cosched(args: argparse.Namespace) -> int:
     caps = tuple(parse_counts(args.caps, "--caps"))
     result = run(levels, args.engine, args.profile, only, args.model, args.groups, partial=args.partial, modes=modes,
                  traces=args.traces, holdout=args.holdout, repeat=args.repeat, caps=caps, fit=args.fit,
-                 kv_tokens_asked=args.kv_tokens)
+                 kv_tokens_asked=args.kv_tokens, steps=args.steps)
     report(result).emit(args.json)
     return 0
 

@@ -92,6 +92,23 @@ def fit(workload: Workload, profile: Profile, tokens: Tokens | None = None, shar
                   cut, dropped)
 
 
+def first_steps(workload: Workload, steps: int) -> Workload:
+    """Every session cut to its first `steps` model turns, the last kept one its final answer (`--steps`: the real
+    engine's long levels in hours, not a day). Shorter sessions stay whole."""
+    if steps < LEAST_STEPS:
+        raise UsageError(f"--steps {steps}: keep at least {LEAST_STEPS} steps a session")
+    sessions, books = [], []
+    for session, book in zip(workload.sessions, workload.books):
+        turns = session.recording.turns
+        if len(turns) > steps:
+            kept = [*turns[:steps - 1], final_answer(turns[steps - 1])]
+            session = replace(session, recording=replace(session.recording, turns=kept))
+            book = Book(book.session, book.calls[:steps - 1])
+        sessions.append(session)
+        books.append(book)
+    return Workload(sessions, books, workload.model)
+
+
 def prompt_tokens(workload: Workload, tokens: Tokens) -> list[list[int]]:
     """Tokens of each step's prompt, session by session, as Workload.prompt_sizes counts characters."""
     system = tokens(protocol.render_system_prompt(tool_specs(sim_tools(workload.books[0])), "/repo", False))
