@@ -20,6 +20,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                 "many recorded sessions against one engine: fcfs, speculation, speculation + co-scheduler"),
     "calibrate": ("harness.bench.calibrate", "fit the simulated engine's step time to the real vLLM engine here"),
     "cosched-plot": ("harness.bench.cosched_plot", "plot `tao bench cosched --json` results as a PNG"),
+    "cosched-error": ("harness.bench.cosched_error",
+                      "the simulator's error against the real engine, from two `tao bench cosched --json` results"),
     "fidelity": ("harness.bench.fidelity",
                  "promoted speculation against the real run, byte for byte, over generated cases"),
     "first-call": ("harness.bench.first_call", "seconds from `tao` in a repository to the model's first tool call"),
