@@ -219,6 +219,18 @@ async def test_the_kv_cache_capacity_agrees_with_its_configured_size(vllm_engine
     assert abs(estimated - counted) <= vllm_engine.block_size
 
 
+async def test_calibration_can_time_forced_decoding_as_the_replay_forces_answers(vllm_engine) -> None:
+    # `tao bench calibrate --forced`: the step model priced on decoding that follows a text token by token.
+    from harness.bench.calibrate import cached_prefix, decode_point, forced_text
+
+    texts = [forced_text(vllm_engine, 24, i) for i in range(2)]
+    assert texts[0] != texts[1] and all(len(vllm_engine.tokenizer.encode(t)) >= 24 for t in texts)
+    made, last = await collect(vllm_engine, LLMRequest(rid(), [{"role": "user", "content": "Go."}], 24, force=texts[1]))
+    assert made == texts[1] and last.finish_reason == "stop"
+    point = await decode_point(vllm_engine, 2, await cached_prefix(vllm_engine, 128), 24, forced=True)
+    assert point["forced"] and point["batch"] == 2 and point["step_s"] > 0
+
+
 async def test_a_regex_still_forces_the_characters_where_token_ids_cannot(vllm_engine) -> None:
     # The fallback for a text the tokenizer does not give back exactly: the characters, in whatever tokens.
     text, last = await collect(vllm_engine,

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench import dump
-from harness.bench.engine import long_prompt, run_one
+from harness.bench.engine import FILLER, long_prompt, run_one
 from harness.bench.report import Report, Table
 from harness.engine.api import LLMRequest
 from harness.engine.sim import CPU, Profile, StepModel
@@ -69,17 +69,30 @@ async def cached_prefix(engine: Any, context: int) -> list[dict[str, str]]:
     return prefix
 
 
-async def decode_point(engine: Any, batch: int, prefix: list[dict[str, str]], tokens: int) -> dict[str, Any]:
-    """Step time with `batch` sequences decoding after the cached `prefix`."""
+def forced_text(engine: Any, tokens: int, index: int) -> str:
+    """About `tokens` tokens of plain text to force (a replayed answer's way of decoding), different per `index`."""
+    text, j = "", index * 1000
+    while len(engine.tokenizer.encode(text)) < tokens:
+        text += FILLER.format(i=j)
+        j += 1
+    return text
+
+
+async def decode_point(engine: Any, batch: int, prefix: list[dict[str, str]], tokens: int,
+                       forced: bool = False) -> dict[str, Any]:
+    """Step time with `batch` sequences decoding after the cached `prefix`: free (end of sequence ignored), or
+    `forced` to a text token by token as `tao bench cosched` replays recorded answers."""
     requests = [LLMRequest(f"cal-dec-{batch}-{i}-{uuid.uuid4().hex[:6]}",
-                           prefix + [{"role": "user", "content": f"Story {i}."}], max_tokens=tokens)
+                           prefix + [{"role": "user", "content": f"Story {i}."}], max_tokens=tokens,
+                           force=forced_text(engine, tokens, i) if forced else None)
                 for i in range(batch)]
     usages = await asyncio.gather(*(run_one(engine, r, ignore_eos=True) for r in requests))
     steps = [u.decode_seconds / (u.output_tokens - 1) for u in usages if u.decode_seconds and u.output_tokens > 1]
     prompt = round(sum(u.prompt_tokens for u in usages) / len(usages))
     seconds = sum(steps) / len(steps)
-    return {"kind": "decode", "batch": batch, "context": prompt, "step_s": round(seconds, 5),
-            "x": features(batch, batch * (prompt + tokens // 2), 0, 0), "y": seconds}
+    made = round(sum(u.output_tokens for u in usages) / len(usages))
+    return {"kind": "decode", "forced": forced, "batch": batch, "context": prompt, "step_s": round(seconds, 5),
+            "x": features(batch, batch * (prompt + made // 2), 0, 0), "y": seconds}
 
 
 async def prefill_point(engine: Any, new: int, cached: int) -> dict[str, Any]:
@@ -112,8 +125,10 @@ def kv_tokens(engine: Any) -> int:
     return int(float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")) * 2**30 // per_token)
 
 
-async def measure(batches: list[int], contexts: list[int], prefills: list[int], tokens: int) -> dict[str, Any]:
-    """Start the embedded engine, take every measurement, fit, and build the profile."""
+async def measure(batches: list[int], contexts: list[int], prefills: list[int], tokens: int,
+                  forced: bool = False) -> dict[str, Any]:
+    """Start the embedded engine, take every measurement (decoding `forced` to a text, or free), fit, and build
+    the profile."""
     from harness.engine.factory import EngineOptions, start_local
 
     started = time.monotonic()
@@ -124,7 +139,7 @@ async def measure(batches: list[int], contexts: list[int], prefills: list[int], 
         for context in contexts:
             prefix = await cached_prefix(engine, context)
             for batch in batches:
-                points.append(await decode_point(engine, batch, prefix, tokens))
+                points.append(await decode_point(engine, batch, prefix, tokens, forced))
                 print(f"  decode  batch {batch:3} context {points[-1]['context']:5}: {points[-1]['step_s']:.4f} s/step",
                       file=sys.stderr, flush=True)
         for new in prefills:
@@ -182,7 +197,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     prefills = parse_counts(args.prefill, "--prefill")
     if max(prefills) > 4096:
         raise UsageError("--prefill: at most 4096 tokens (one step of the CPU engine's token budget)")
-    result = asyncio.run(measure(batches, contexts, prefills, args.decode_tokens))
+    result = asyncio.run(measure(batches, contexts, prefills, args.decode_tokens, args.forced))
     if args.out:
         args.out.write_text(dump(result) + "\n", encoding="utf-8")
     report(result).emit()
@@ -199,5 +214,8 @@ def register(bench_subparsers: Any) -> None:
     parser.add_argument("--contexts", default="128,1536", help="decode context lengths in tokens (default 128,1536)")
     parser.add_argument("--prefill", default="256,1024,2048", help="prefill sizes in tokens (default 256,1024,2048)")
     parser.add_argument("--decode-tokens", type=int, default=24, help="tokens each decode request makes (default 24)")
+    parser.add_argument("--forced", action="store_true",
+                        help="decode by forcing a text token by token, as `tao bench cosched` replays recorded "
+                             "answers, instead of free decoding")
     parser.add_argument("--out", type=Path, help="also write the JSON here (for `tao bench cosched --profile`)")
     parser.set_defaults(func=cmd_calibrate)
