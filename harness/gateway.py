@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.coscheduler import FCFS, INTERACTIVE_PRIORITY, CoScheduler, Pacing, Policy
+from harness.coscheduler import INTERACTIVE_PRIORITY, CoScheduler, Policy
 from harness import protocol
 from harness.engine.api import WARM_PRIORITY, Chunk, Engine, LLMRequest, Usage
 from harness.errors import ContextTooLong, EngineError, UsageError
@@ -44,11 +44,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-POLICIES = ("pacing", "fcfs")
 CLASSES = {"interactive": INTERACTIVE_PRIORITY, "batch": 0}
-DEFAULT_KNEE = 4  # as `tao swebench` paces the CPU engine
-DEFAULT_KV_TOKENS = 46_000
-DEFAULT_MAX_WAIT = 120.0
 DEFAULT_MAX_TOKENS = LLMRequest("", []).max_tokens
 GATEWAY_HEADER = (b"x-tao-gateway", b"1")
 TEXT_PROTOCOL = "text"  # the X-Tao-Protocol header of a client that parses Tao's text protocol itself
@@ -452,7 +448,7 @@ async def serving(cosched: CoScheduler, model: str, port: int | None = None) -> 
 
 def add_gateway_flags(parser: argparse.ArgumentParser) -> None:
     """The gateway's own flags (port, upstream, policy); `tao serve` and `python -m harness.gateway` share them."""
-    from harness.flags import add_engine_flags
+    from harness.flags import PACING_KNEE, PACING_KV_TOKENS, PACING_MAX_WAIT, POLICIES, add_engine_flags
 
     parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--upstream", metavar="URL",
@@ -460,13 +456,13 @@ def add_gateway_flags(parser: argparse.ArgumentParser) -> None:
                              "http://host:8000/v1) instead of starting vLLM here")
     parser.add_argument("--policy", choices=POLICIES, default="pacing",
                         help="pacing: keep the engine at its knee and the KV cache (default); fcfs: plain vLLM")
-    parser.add_argument("--knee", type=int, default=DEFAULT_KNEE,
-                        help=f"pacing: requests in flight the engine serves well (default {DEFAULT_KNEE})")
+    parser.add_argument("--knee", type=int, default=PACING_KNEE,
+                        help=f"pacing: requests in flight the engine serves well (default {PACING_KNEE})")
     parser.add_argument("--kv-tokens", type=int,
                         help=f"pacing: the engine's KV cache in tokens (default: the engine's own count, else "
-                             f"{DEFAULT_KV_TOKENS})")
-    parser.add_argument("--max-wait", type=float, default=DEFAULT_MAX_WAIT,
-                        help=f"pacing: seconds after which a waiting session goes first (default {DEFAULT_MAX_WAIT:g})")
+                             f"{PACING_KV_TOKENS})")
+    parser.add_argument("--max-wait", type=float, default=PACING_MAX_WAIT,
+                        help=f"pacing: seconds after which a waiting session goes first (default {PACING_MAX_WAIT:g})")
     add_engine_flags(parser)
 
 
@@ -484,12 +480,10 @@ def gateway_argv(args: argparse.Namespace) -> list[str]:
 
 def policy_for(args: argparse.Namespace, engine: Engine) -> Policy:
     """The policy the flags ask for; Pacing's KV size from the flag, else the engine's count, else the default."""
-    if args.policy == "fcfs":
-        return FCFS()
-    kv_tokens = args.kv_tokens or getattr(engine, "kv_tokens", None) or DEFAULT_KV_TOKENS
-    if args.knee < 1 or kv_tokens < 1 or args.max_wait <= 0:
-        raise UsageError("--knee and --kv-tokens must be at least 1 and --max-wait positive")
-    return Pacing(knee=args.knee, kv_tokens=kv_tokens, max_wait=args.max_wait)
+    from harness.flags import PACING_KV_TOKENS, cosched_policy
+
+    kv_tokens = args.kv_tokens or getattr(engine, "kv_tokens", None) or PACING_KV_TOKENS
+    return cosched_policy(args.policy, args.knee, kv_tokens, args.max_wait)
 
 
 async def open_gateway_engine(args: argparse.Namespace) -> tuple[Engine, str]:
