@@ -38,15 +38,16 @@ from harness.coscheduler import INTERACTIVE_PRIORITY, CoScheduler, Policy
 from harness import protocol
 from harness.engine.api import WARM_PRIORITY, Chunk, Engine, LLMRequest, Usage
 from harness.errors import ContextTooLong, EngineError, UsageError
+from harness.vocabulary import GATEWAY_HEADER, GATEWAY_MARK, Traffic
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
 
-CLASSES = {"interactive": INTERACTIVE_PRIORITY, "batch": 0}
+CLASSES: dict[str, int] = {Traffic.INTERACTIVE: INTERACTIVE_PRIORITY, Traffic.BATCH: 0}  # class -> priority
 DEFAULT_MAX_TOKENS = LLMRequest("", []).max_tokens
-GATEWAY_HEADER = (b"x-tao-gateway", b"1")
+GATEWAY_TAG = (GATEWAY_HEADER.lower().encode(), GATEWAY_MARK.encode())  # as ASGI writes a header: lowercase bytes
 TEXT_PROTOCOL = "text"  # the X-Tao-Protocol header of a client that parses Tao's text protocol itself
 
 Scope = MutableMapping[str, Any]
@@ -99,7 +100,7 @@ def parse_completion(body: object, headers: MutableMapping[str, str] | Any, mode
     session_id = headers.get("x-session-id") or body.get("user") or f"anon-{uuid.uuid4().hex[:12]}"
     if not isinstance(session_id, str):
         raise BadRequest("`user` must be a string (the session id, unless the X-Session-Id header gives one)", "user")
-    kind = (headers.get("x-tao-class") or "batch").strip().lower()
+    kind = (headers.get("x-tao-class") or Traffic.BATCH).strip().lower()
     if kind not in CLASSES:
         raise BadRequest(f"the X-Tao-Class header must be one of {', '.join(CLASSES)}, not {kind!r}")
     text = (headers.get("x-tao-protocol") or "").strip().lower()
@@ -362,7 +363,7 @@ class _GatewayHeader:
                        send: Callable[[Message], Awaitable[None]]) -> None:
         async def tagged(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), GATEWAY_HEADER]
+                message["headers"] = [*message.get("headers", []), GATEWAY_TAG]
             await send(message)
 
         await self.app(scope, receive, tagged if scope["type"] == "http" else send)
