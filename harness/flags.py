@@ -1,5 +1,6 @@
 """The session and engine flags that `tao run`, `tao demo`, `tao tui` and `tao swebench` share, and the engine
-options they give. The limits' defaults come from SessionConfig, their one home."""
+options they give; the co-scheduling defaults and policy that `tao serve` and `tao swebench` share. The limits'
+defaults come from SessionConfig, their one home."""
 
 from __future__ import annotations
 
@@ -7,11 +8,18 @@ import argparse
 from pathlib import Path
 
 from harness.approval import MODES
+from harness.coscheduler import FCFS, Pacing, Policy
 from harness.engine.factory import ENGINES, EngineOptions
+from harness.errors import UsageError
 from harness.history import LAST
 from harness.saved import PICK
 from harness.session import SessionConfig
 from harness.paths import state_dir
+
+POLICIES = ("pacing", "fcfs")  # the co-scheduling policies `tao serve --policy` and `tao swebench --cosched` offer
+PACING_KNEE = 4  # requests in flight the CPU engine serves well
+PACING_KV_TOKENS = 46_000  # the CPU engine's KV cache in tokens, where neither a flag nor the engine says
+PACING_MAX_WAIT = 120.0  # seconds after which a waiting session goes first
 
 
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -88,3 +96,12 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
     return EngineOptions(kind=args.engine, replay=args.replay, seconds_per_token=args.seconds_per_token,
                          model=args.model, base_url=args.base_url, constrained=not args.no_constrain,
                          max_model_len=args.max_model_len)
+
+
+def cosched_policy(name: str, knee: int, kv_tokens: int, max_wait: float) -> Policy:
+    """The co-scheduling policy the flags ask for (`name` one of POLICIES): fcfs, or Pacing with these figures."""
+    if name == "fcfs":
+        return FCFS()
+    if knee < 1 or kv_tokens < 1 or max_wait <= 0:
+        raise UsageError("--knee and --kv-tokens must be at least 1 and --max-wait positive")
+    return Pacing(knee=knee, kv_tokens=kv_tokens, max_wait=max_wait)

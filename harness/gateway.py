@@ -34,23 +34,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.coscheduler import FCFS, INTERACTIVE_PRIORITY, CoScheduler, Pacing, Policy
+from harness.coscheduler import INTERACTIVE_PRIORITY, CoScheduler, Policy
 from harness import protocol
 from harness.engine.api import WARM_PRIORITY, Chunk, Engine, LLMRequest, Usage
 from harness.errors import ContextTooLong, EngineError, UsageError
+from harness.vocabulary import GATEWAY_HEADER, GATEWAY_MARK, Traffic
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import Response
 
-POLICIES = ("pacing", "fcfs")
-CLASSES = {"interactive": INTERACTIVE_PRIORITY, "batch": 0}
-DEFAULT_KNEE = 4  # as `tao swebench` paces the CPU engine
-DEFAULT_KV_TOKENS = 46_000
-DEFAULT_MAX_WAIT = 120.0
+CLASSES: dict[str, int] = {Traffic.INTERACTIVE: INTERACTIVE_PRIORITY, Traffic.BATCH: 0}  # class -> priority
 DEFAULT_MAX_TOKENS = LLMRequest("", []).max_tokens
-GATEWAY_HEADER = (b"x-tao-gateway", b"1")
+GATEWAY_TAG = (GATEWAY_HEADER.lower().encode(), GATEWAY_MARK.encode())  # as ASGI writes a header: lowercase bytes
 TEXT_PROTOCOL = "text"  # the X-Tao-Protocol header of a client that parses Tao's text protocol itself
 
 Scope = MutableMapping[str, Any]
@@ -103,7 +100,7 @@ def parse_completion(body: object, headers: MutableMapping[str, str] | Any, mode
     session_id = headers.get("x-session-id") or body.get("user") or f"anon-{uuid.uuid4().hex[:12]}"
     if not isinstance(session_id, str):
         raise BadRequest("`user` must be a string (the session id, unless the X-Session-Id header gives one)", "user")
-    kind = (headers.get("x-tao-class") or "batch").strip().lower()
+    kind = (headers.get("x-tao-class") or Traffic.BATCH).strip().lower()
     if kind not in CLASSES:
         raise BadRequest(f"the X-Tao-Class header must be one of {', '.join(CLASSES)}, not {kind!r}")
     text = (headers.get("x-tao-protocol") or "").strip().lower()
@@ -366,7 +363,7 @@ class _GatewayHeader:
                        send: Callable[[Message], Awaitable[None]]) -> None:
         async def tagged(message: Message) -> None:
             if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), GATEWAY_HEADER]
+                message["headers"] = [*message.get("headers", []), GATEWAY_TAG]
             await send(message)
 
         await self.app(scope, receive, tagged if scope["type"] == "http" else send)
@@ -452,7 +449,7 @@ async def serving(cosched: CoScheduler, model: str, port: int | None = None) -> 
 
 def add_gateway_flags(parser: argparse.ArgumentParser) -> None:
     """The gateway's own flags (port, upstream, policy); `tao serve` and `python -m harness.gateway` share them."""
-    from harness.flags import add_engine_flags
+    from harness.flags import PACING_KNEE, PACING_KV_TOKENS, PACING_MAX_WAIT, POLICIES, add_engine_flags
 
     parser.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     parser.add_argument("--upstream", metavar="URL",
@@ -460,13 +457,13 @@ def add_gateway_flags(parser: argparse.ArgumentParser) -> None:
                              "http://host:8000/v1) instead of starting vLLM here")
     parser.add_argument("--policy", choices=POLICIES, default="pacing",
                         help="pacing: keep the engine at its knee and the KV cache (default); fcfs: plain vLLM")
-    parser.add_argument("--knee", type=int, default=DEFAULT_KNEE,
-                        help=f"pacing: requests in flight the engine serves well (default {DEFAULT_KNEE})")
+    parser.add_argument("--knee", type=int, default=PACING_KNEE,
+                        help=f"pacing: requests in flight the engine serves well (default {PACING_KNEE})")
     parser.add_argument("--kv-tokens", type=int,
                         help=f"pacing: the engine's KV cache in tokens (default: the engine's own count, else "
-                             f"{DEFAULT_KV_TOKENS})")
-    parser.add_argument("--max-wait", type=float, default=DEFAULT_MAX_WAIT,
-                        help=f"pacing: seconds after which a waiting session goes first (default {DEFAULT_MAX_WAIT:g})")
+                             f"{PACING_KV_TOKENS})")
+    parser.add_argument("--max-wait", type=float, default=PACING_MAX_WAIT,
+                        help=f"pacing: seconds after which a waiting session goes first (default {PACING_MAX_WAIT:g})")
     add_engine_flags(parser)
 
 
@@ -484,12 +481,10 @@ def gateway_argv(args: argparse.Namespace) -> list[str]:
 
 def policy_for(args: argparse.Namespace, engine: Engine) -> Policy:
     """The policy the flags ask for; Pacing's KV size from the flag, else the engine's count, else the default."""
-    if args.policy == "fcfs":
-        return FCFS()
-    kv_tokens = args.kv_tokens or getattr(engine, "kv_tokens", None) or DEFAULT_KV_TOKENS
-    if args.knee < 1 or kv_tokens < 1 or args.max_wait <= 0:
-        raise UsageError("--knee and --kv-tokens must be at least 1 and --max-wait positive")
-    return Pacing(knee=args.knee, kv_tokens=kv_tokens, max_wait=args.max_wait)
+    from harness.flags import PACING_KV_TOKENS, cosched_policy
+
+    kv_tokens = args.kv_tokens or getattr(engine, "kv_tokens", None) or PACING_KV_TOKENS
+    return cosched_policy(args.policy, args.knee, kv_tokens, args.max_wait)
 
 
 async def open_gateway_engine(args: argparse.Namespace) -> tuple[Engine, str]:

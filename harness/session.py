@@ -285,17 +285,20 @@ class Session(BetweenTurns):
         self.emit(ToolCall(self.now(), self.steps, call.call_id, call.name, call.arguments, effect))
         if call.name == "finish":
             raise Finished(str(call.arguments.get("summary", "")))
-        started = time.monotonic()
         if tool is None:
-            observation = Observation(f"Unknown tool '{protocol.printable(call.name)}'. Available tools: "
-                                      f"{', '.join(sorted(self.tools))}.", is_error=True)
+            observation, took = Observation(f"Unknown tool '{protocol.printable(call.name)}'. Available tools: "
+                                            f"{', '.join(sorted(self.tools))}.", is_error=True), 0.0
+        elif (refused := await self.refusal(call, tool)) is not None:
+            observation, took = refused, 0.0  # nothing ran
         else:
-            observation = await self.refusal(call, tool) or await self.execute(call, tool)
-        self.answer(call, observation, time.monotonic() - started)
+            observation, took = await self.execute(call, tool)
+        self.answer(call, observation, took)
         return observation
 
-    async def execute(self, call: protocol.ParsedCall, tool: Tool) -> Observation:
-        """The call's observation: a promoted speculation's, or a real run's."""
+    async def execute(self, call: protocol.ParsedCall, tool: Tool) -> tuple[Observation, float]:
+        """The call's observation (a promoted speculation's, or a real run's) and the seconds it took, once any
+        approval was given: the duration its tool_result records and, after a real run, the hints' next estimate."""
+        started = time.monotonic()
         speculation, promoted = self.active_speculation, None
         ahead = None if speculation is None else self.guarded(
             "timing the call", lambda: speculation.head_start(call.name, call.arguments))
@@ -306,18 +309,17 @@ class Session(BetweenTurns):
             except Exception as exc:  # noqa: BLE001 - see speculation_failed
                 self.speculation_failed("taking a result", exc)
         warm = self.warm_up(call, tool) if promoted is None else None
-        observation = promoted
-        if observation is None:
-            ran = time.monotonic()
-            observation = await run_tool(tool, call.arguments, self.workspace)
-            self.hints.ran(call.name, call.arguments, time.monotonic() - ran)
+        observation = promoted if promoted is not None else await run_tool(tool, call.arguments, self.workspace)
         if warm is not None and self.observation is not None:
             self._provisional = await self.observation.settle(warm, observation.text)
         if tool.effect is Effect.MUTATING:
             self.workspace.bump()
         elif tool.effect is Effect.SANDBOXED:
             self.workspace.refresh()  # a test run may write files; the next results must see a new version
-        return observation
+        took = round(time.monotonic() - started, 6)
+        if promoted is None:  # a promoted call's wait is shortened by its head start: no estimate of a real run
+            self.hints.ran(call.name, call.arguments, took)
+        return observation, took
 
     def answer(self, call: protocol.ParsedCall, observation: Observation, duration: float) -> None:
         """Record a call's observation and feed it back to the model."""

@@ -1,5 +1,6 @@
 """The harness's shared words, each declared once: how a session ended, a speculation's lifecycle, the
-moments a call is predicted at, why a speculation is thrown away, and a session's class on `tao serve`.
+moments a call is predicted at, why a speculation is thrown away, a session's class on `tao serve`, and the
+header by which a client knows it talks to `tao serve`.
 (A tool's effect class is the tools' own word: `tools.Effect`.)
 
 String enums where the word is written to events, so trajectories keep their bytes; `text` is what
@@ -99,3 +100,9 @@ class Traffic(enum.StrEnum):
 
     INTERACTIVE = "interactive"
     BATCH = "batch"
+
+
+# Every response of `tao serve` carries this header with this value: a client that sees it talks to a tao gateway
+# (and then says whose each request is and how it ranks).
+GATEWAY_HEADER = "X-Tao-Gateway"
+GATEWAY_MARK = "1"

@@ -18,6 +18,9 @@ from harness.coscheduler import FCFS, CoScheduler, Pacing
 from harness.engine.api import WARM_PRIORITY, Engine
 from harness.engine.recorded import Recording, ReplayEngine, Turn
 from harness.engine.sim import CPU, SimEngine
+from harness.cli import build_parser
+from harness.errors import UsageError
+from harness.flags import cosched_policy
 from harness.gateway import Completion, parse_completion, policy_for, serving
 from tools import default_tools, tool_specs
 
@@ -229,6 +232,27 @@ def test_a_body_priority_counts_only_when_it_marks_a_warm_prefill() -> None:
     assert (warm.priority, warm.prompt_limit, warm.max_tokens) == (WARM_PRIORITY, 64, 1)
     assert parsed({}).request.prompt_limit is None and not parsed({}).raw_text
     assert parsed({}, {"x-tao-protocol": "text"}).raw_text
+
+
+def test_serve_and_swebench_build_their_policy_alike_from_the_same_flags() -> None:
+    parser = build_parser()
+
+    def serve(*flags: str) -> object:
+        """The policy `tao serve` builds from these pacing flags (the KV size given, as swebench's default)."""
+        return policy_for(parser.parse_args(["serve", "--kv-tokens", "46000", *flags]), replay())
+
+    def swebench(*flags: str) -> object:
+        """The policy `tao swebench` builds from the same flags (its --cosched is serve's --policy)."""
+        args = parser.parse_args(["swebench", "--instances", "i.jsonl", "--repos", "repos", "--output", "out",
+                                  *[flag.replace("--policy", "--cosched") for flag in flags]])
+        return cosched_policy(args.cosched, args.knee, args.kv_tokens, args.max_wait)
+
+    assert serve() == swebench() == Pacing(knee=4, kv_tokens=46_000, max_wait=120.0)
+    assert isinstance(serve("--policy", "fcfs"), FCFS) and isinstance(swebench("--policy", "fcfs"), FCFS)
+    for build in (serve, swebench):
+        for bad in (["--knee", "0"], ["--max-wait", "0"]):
+            with pytest.raises(UsageError, match="--knee and --kv-tokens must be at least 1 and --max-wait positive"):
+                build(*bad)
 
 
 def warm_body() -> dict[str, Any]:

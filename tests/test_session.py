@@ -334,3 +334,28 @@ def test_a_path_thousands_of_folders_deep_is_not_taken_in_by_the_analyzer() -> N
     state.observe(ToolCall(0.0, 2, "c2", "read_file", {"path": "tests/test_ops.py"}, "pure"))
     assert deep not in state.seen and "tests/test_ops.py" in state.seen
     assert all(place.count("/") <= MAX_PARTS for place in state.test_places)
+
+
+class HintedReplay(ReplayEngine):
+    """A replay engine that takes the session's tool-start hints, as Tao's client of `tao serve` does."""
+
+    def __init__(self, recording: Recording) -> None:
+        super().__init__(recording)
+        self.expected: list[float | None] = []
+
+    async def tool_started(self, expected: float | None) -> None:
+        self.expected.append(expected)
+
+
+async def test_a_calls_hint_is_the_duration_its_last_run_recorded(tmp_path: Path) -> None:
+    call = '<tool_call>{"name": "list_files", "arguments": {}}</tool_call>'
+    engine = HintedReplay(Recording([Turn(call), Turn(call), Turn(
+        '<tool_call>{"name": "finish", "arguments": {"summary": "listed twice"}}</tool_call>')]))
+    events: list[Event] = []
+    session = Session("list", engine, Workspace(make_calc_repo(tmp_path)), default_tools(), sinks=[events.append])
+    end = await session.run()
+    for _ in range(10):  # the hints go out in the background
+        await asyncio.sleep(0)
+    first, second = [e for e in events if isinstance(e, ToolResult)]
+    assert end.status == "finished" and len(engine.expected) == 2
+    assert engine.expected[1] == first.duration > 0  # one number: what the trajectory records is what the hint says

@@ -25,7 +25,8 @@ import httpx
 from harness.coscheduler import CoScheduler, Pacing
 from harness.engine.api import Engine, LLMRequest
 from harness.engine.openai_http import OpenAIEngine
-from harness.gateway import DEFAULT_KNEE, DEFAULT_KV_TOKENS, serving
+from harness.flags import PACING_KNEE, PACING_KV_TOKENS, PACING_MAX_WAIT
+from harness.gateway import serving
 
 MESSAGES = [{"role": "system", "content": "You are a helpful assistant."},
             {"role": "user", "content": "Name three rivers of Europe."}]
@@ -85,8 +86,8 @@ async def measure(reps: int, warmup: int, max_tokens: int) -> dict[str, object]:
 
     engine = await start_local(EngineOptions(attach=False))
     try:
-        cosched = CoScheduler(engine, Pacing(knee=DEFAULT_KNEE, kv_tokens=getattr(engine, "kv_tokens", None)
-                                             or DEFAULT_KV_TOKENS, max_wait=120.0))
+        cosched = CoScheduler(engine, Pacing(knee=PACING_KNEE, kv_tokens=getattr(engine, "kv_tokens", None)
+                                             or PACING_KV_TOKENS, max_wait=PACING_MAX_WAIT))
         async with serving(cosched, "bench") as url, httpx.AsyncClient(base_url=url, timeout=300) as client:
             tao = await OpenAIEngine.connect(url)
             ways: dict[str, Callable[[], Awaitable[float]]] = {

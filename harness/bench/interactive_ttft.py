@@ -23,7 +23,8 @@ import httpx
 
 from harness.coscheduler import FCFS, CoScheduler, Pacing, Policy
 from harness.engine.api import Engine
-from harness.gateway import DEFAULT_KNEE, DEFAULT_KV_TOKENS, serving
+from harness.flags import PACING_KNEE, PACING_KV_TOKENS, PACING_MAX_WAIT
+from harness.gateway import serving
 
 SYSTEM = ("You are Tao, a coding agent. Tools: read_file, grep, list_files, outline, run_tests, edit_file, "
           "write_file, bash. Answer with one tool call or a final answer.\n") * 12
@@ -86,8 +87,8 @@ async def measure(batch: int, reps: int) -> dict[str, object]:
     from harness.engine.factory import EngineOptions, start_local
 
     engine: Engine = await start_local(EngineOptions(attach=False))
-    kv_tokens = getattr(engine, "kv_tokens", None) or DEFAULT_KV_TOKENS
-    policies: dict[str, Policy] = {"pacing": Pacing(knee=DEFAULT_KNEE, kv_tokens=kv_tokens, max_wait=120.0),
+    kv_tokens = getattr(engine, "kv_tokens", None) or PACING_KV_TOKENS
+    policies: dict[str, Policy] = {"pacing": Pacing(knee=PACING_KNEE, kv_tokens=kv_tokens, max_wait=PACING_MAX_WAIT),
                                    "fcfs": FCFS()}
     samples: dict[str, dict[str, list[float]]] = {name: {"idle": [], "loaded": []} for name in policies}
     names = list(policies)
@@ -106,7 +107,7 @@ async def measure(batch: int, reps: int) -> dict[str, object]:
                       f"{loaded * 1000:.0f} ms", flush=True)
     finally:
         await engine.close()
-    result: dict[str, object] = {"batch_sessions": batch, "reps": reps, "knee": DEFAULT_KNEE, "kv_tokens": kv_tokens}
+    result: dict[str, object] = {"batch_sessions": batch, "reps": reps, "knee": PACING_KNEE, "kv_tokens": kv_tokens}
     for name, got in samples.items():
         idle, loaded = statistics.median(got["idle"]), statistics.median(got["loaded"])
         result[name] = {"idle_ms": round(idle * 1000, 1), "loaded_ms": round(loaded * 1000, 1),

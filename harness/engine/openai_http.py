@@ -28,13 +28,12 @@ import httpx
 from harness.engine.api import WARM_PRIORITY, Chunk, LLMRequest, Usage
 from harness.engine.constrain import REASONING_TOKENS, STOP, literal_regex, structural_tag_json
 from harness.errors import ContextTooLong, EngineDied, EngineError, EngineUnavailable
-from harness.vocabulary import Traffic
+from harness.vocabulary import GATEWAY_HEADER, GATEWAY_MARK, Traffic
 
 CONNECT_TIMEOUT = 2.0
 ABORTED_KEPT = 1024
 READ_TIMEOUT = 900.0  # a long prompt's prefill on a CPU can take minutes before the first byte
 HINT_TIMEOUT = 1.0  # a gateway's hint and pacing answers are local bookkeeping: quick, or not worth waiting for
-GATEWAY_HEADER = "X-Tao-Gateway"
 _PROBE_TOOL = {"type": "function", "function": {"name": "noop", "description": "Does nothing.",
                                                 "parameters": {"type": "object", "properties": {}}}}
 
@@ -190,7 +189,7 @@ class OpenAIEngine:
             url = f"{self.base_url}/chat/completions"
             async with self._client.stream("POST", url, json=self.body(request), headers=self.headers()) as resp:
                 self._responses[rid] = resp
-                if resp.headers.get(GATEWAY_HEADER) == "1" and not self.gateway:
+                if resp.headers.get(GATEWAY_HEADER) == GATEWAY_MARK and not self.gateway:
                     self.gateway = True  # a gateway that said so only now: the next requests say whose they are
                 if resp.status_code != 200:
                     await self._raise_for_status(resp, request)
@@ -282,7 +281,7 @@ async def _list_models(client: httpx.AsyncClient, base: str) -> tuple[list[dict[
                                 "one with `tao serve` or `vllm serve MODEL`, or check --base-url") from None
     if resp.status_code != 200:
         raise EngineUnavailable(f"GET {base}/models answered {resp.status_code}: {resp.text[:200]}")
-    return list(resp.json().get("data") or []), resp.headers.get(GATEWAY_HEADER) == "1"
+    return list(resp.json().get("data") or []), resp.headers.get(GATEWAY_HEADER) == GATEWAY_MARK
 
 
 async def _native_tools(client: httpx.AsyncClient, base: str, model: str, served: dict[str, Any],

@@ -16,7 +16,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from harness.coscheduler import FCFS, Pacing, Policy
 from harness.engine.api import Engine
 from harness.errors import UsageError
 from harness.session import SessionConfig
@@ -30,7 +29,7 @@ from tools import DEFAULT_TEST_TIMEOUT
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the `swebench` subcommand."""
-    from harness.flags import add_engine_flags
+    from harness.flags import PACING_KNEE, PACING_KV_TOKENS, PACING_MAX_WAIT, POLICIES, add_engine_flags
 
     p = sub.add_parser("swebench", help="run and grade a SWE-bench-style batch on one shared engine",
                        description="Run the agent on every instance of a SWE-bench-style JSONL file, each in a "
@@ -61,25 +60,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-warm", action="store_true", help="no KV pre-warming on guessed observations")
     p.add_argument("--patterns", type=Path,
                    help="learned pattern model (default ~/.cache/tao/patterns.json if present)")
-    p.add_argument("--cosched", choices=("pacing", "fcfs"), default="pacing",
+    p.add_argument("--cosched", choices=POLICIES, default="pacing",
                    help="co-scheduling policy: pacing (default) or fcfs (every request at once, plain vLLM)")
-    p.add_argument("--knee", type=int, default=4, help="pacing: requests in flight the engine serves well (default 4)")
-    p.add_argument("--kv-tokens", type=int, default=46_000, help="pacing: the engine's KV cache in tokens")
-    p.add_argument("--max-wait", type=float, default=120.0,
+    p.add_argument("--knee", type=int, default=PACING_KNEE,
+                   help=f"pacing: requests in flight the engine serves well (default {PACING_KNEE})")
+    p.add_argument("--kv-tokens", type=int, default=PACING_KV_TOKENS, help="pacing: the engine's KV cache in tokens")
+    p.add_argument("--max-wait", type=float, default=PACING_MAX_WAIT,
                    help="pacing: seconds after which a started session's request goes ahead of the others")
     p.add_argument("--sim", choices=("cpu", "gpu"),
                    help="with --replay DIR: force the scripted turns through a simulated vLLM engine (benchmarks)")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
     add_engine_flags(p)
     p.set_defaults(func=cmd_swebench)
-
-
-def policy_from(args: argparse.Namespace) -> Policy:
-    if args.cosched == "fcfs":
-        return FCFS()
-    if args.knee < 1 or args.kv_tokens < 1 or args.max_wait <= 0:
-        raise UsageError("--knee and --kv-tokens must be at least 1 and --max-wait positive")
-    return Pacing(knee=args.knee, kv_tokens=args.kv_tokens, max_wait=args.max_wait)
 
 
 async def open_batch_engine(args: argparse.Namespace, instances: list[Instance]) -> Engine:
@@ -107,6 +99,7 @@ async def open_batch_engine(args: argparse.Namespace, instances: list[Instance])
 
 async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
     """Load, open the engine, run the batch, close the engine."""
+    from harness.flags import cosched_policy
     from harness.launch import session_patterns
 
     if args.workers < 1 or args.max_steps < 1 or args.max_time <= 0:
@@ -128,7 +121,8 @@ async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
               "the gateway's to set", file=sys.stderr)
     try:
         with BatchProgress(len(instances), 0, args.workers, sys.stderr) as progress:
-            return await Batch(instances, engine, config, policy_from(args), progress).run()
+            policy = cosched_policy(args.cosched, args.knee, args.kv_tokens, args.max_wait)
+            return await Batch(instances, engine, config, policy, progress).run()
     finally:
         await engine.close()
 
