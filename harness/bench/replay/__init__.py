@@ -115,9 +115,11 @@ def accuracy(prepared: list[Prepared]) -> dict[str, Any]:
     top1 = sum(key in [x.key for x in decision.top("a", 1)] for key, decision in decided)
     top3 = sum(key in [x.key for x in decision.top("a", 3)] for key, decision in decided)
     measured = sum(c.measured for p in prepared for c in p.trace.all_calls())
+    every = sum(len(p.trace.all_calls()) for p in prepared)
     return {"calls": calls, "served": served, "served_share": served / calls if calls else 0.0,
             "served_by_moment": dict(sorted(moments.items())), "a_top1": top1 / len(decided) if decided else 0.0,
             "a_top3": top3 / len(decided) if decided else 0.0, "measured_durations": measured,
+            "measured_share": measured / every if every else 0.0,
             "launched": sum(p.tallies["tao"].launched for p in prepared),
             "warmed": sum(p.tallies["tao"].warmed for p in prepared),
             "ruled_out_wrongly": sum(p.tallies["tao"].ruled_out_wrongly for p in prepared)}

@@ -80,7 +80,9 @@ def report(result: dict[str, Any]) -> Report:
                f"model {result['latency']!r}; budget {result['budget']}",
                f"Tao served {acc['served_share']:.1%} of calls from speculation "
                f"(by moment {acc['served_by_moment']}); (a) top-1 {acc['a_top1']:.1%}, top-3 {acc['a_top3']:.1%}; "
-               f"warmed prompts {acc['warmed']}; measured tool durations {acc['measured_durations']}"]
+               f"warmed prompts {acc['warmed']}",
+               f"measured tool durations: {acc['measured_durations']} calls ({acc['measured_share']:.0%}); the "
+               "others' from the latency model"]
     return Report(result, [per_tpot(tpot, entry) for tpot, entry in result["tpot_ms"].items()], heading=heading)
 
 
