@@ -106,7 +106,7 @@ def test_a_session_is_predicted_by_the_model_adapted_to_earlier_sessions_only(hi
     ordered = [found[name] for name in ("zz-first", "mm-second", "aa-third")]
     model = PatternModel.load(SHIPPED)
     shipped = [replay.prepare(model, [s], BUDGET) for s in ordered]
-    adapted, with_past = replay.adapted_runs(model, ordered, list(found.values()), BUDGET, "trace")
+    adapted, with_past = replay.adapted_runs(model, ordered, shipped, list(found.values()), BUDGET, "trace")
     first, second, third = ([p] for p in adapted)
     # Nothing came before the first: the shipped model's predictions, exactly. Had the later sessions (the same
     # habit, so a strong lesson) leaked into its model, they would differ as the later ones' do.

@@ -128,16 +128,17 @@ def accuracy(prepared: list[Prepared]) -> dict[str, Any]:
             "ruled_out_wrongly": sum(p.tallies["tao"].ruled_out_wrongly for p in prepared)}
 
 
-def adapted_runs(model: PatternModel, test: list[Any], history: list[Any], budget: Budget,
-                 latency: str) -> tuple[list[Prepared], int]:
+def adapted_runs(model: PatternModel, test: list[Any], alone: list[list[Prepared]], history: list[Any],
+                 budget: Budget, latency: str) -> tuple[list[Prepared], int]:
     """`--sequential`: each test session prepared with `model` adapted to its user's earlier sessions among
-    `history`; and how many sessions had any."""
+    `history` (a session with none keeps `alone`'s, the shipped model's, so that the two rows differ only where
+    adapting changed something); and how many sessions had any."""
     spans = [s for s in (replay_sequential.span(h) for h in history) if s is not None]
     out, adapted = [], 0
-    for session in test:
+    for session, shipped in zip(test, alone):
         past = replay_sequential.earlier(session, spans)
         adapted += bool(past)
-        out += prepare(replay_sequential.adapted(model, past) if past else model, [session], budget, latency)
+        out += prepare(replay_sequential.adapted(model, past), [session], budget, latency) if past else shipped
     return out, adapted
 
 
@@ -169,8 +170,9 @@ def run(train_dir: Path, test_dir: Path, tpots_ms: list[float], sessions: int = 
     if save_model is not None:
         model.save(save_model)
     learned = time.perf_counter()
-    prepared = prepare(model, test, budget, latency)
-    adapted, with_past = adapted_runs(model, test, history, budget, latency) if sequential else ([], 0)
+    alone = [prepare(model, [session], budget, latency) for session in test]
+    prepared = [p for one in alone for p in one]
+    adapted, with_past = adapted_runs(model, test, alone, history, budget, latency) if sequential else ([], 0)
     result: dict[str, Any] = {"budget": {"k": budget.k, "max_running": budget.max_running,
                                          "max_sandboxed": budget.max_sandboxed},
         "train_sessions": len(train) if model_path is None else f"model {model_path}",
