@@ -10,7 +10,9 @@ their name (`glob`, `task`, `todo_write`, `web_fetch`). A subagent's records (`i
 `progress` record as Claude Code 2 writes them) form a session of their own, records written twice (same
 `uuid`, as on resume) count once, and the task is the first prompt the user typed, not a meta record or a
 slash command's echo. Records of other kinds (progress of a hook or a command, bookkeeping) hold no calls:
-they are counted in `report.ignored`, not reported one by one.
+they are counted in `report.ignored`, not reported one by one. A call's duration is the time from its
+`tool_use` record to its `tool_result` record (each call of a turn its own); the session started at its
+first record's time.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import jsonl
-from harness.traces.common import Imported, ImportReport, SessionBuilder, read_lines, string
+from harness.traces.common import (Imported, ImportReport, SessionBuilder, elapsed, iso_time, read_lines,
+                                   string)
 from harness.vocabulary import Status
 
 FORMAT = "claude-code"
@@ -42,6 +45,7 @@ class _Turn:
     thinking: str = ""
     t: float | None = None
     uses: list[dict[str, Any]] = field(default_factory=list)
+    starts: list[float | None] = field(default_factory=list)  # each use's record time, beside `uses`
 
 
 def sniff(path: Path, head: str) -> bool:
@@ -212,7 +216,7 @@ def _session(session_id: str, records: list[tuple[int, dict[str, Any]]], path: P
     if not real:
         report.skip(str(path), f"session {session_id} has no assistant turns")
         return None
-    builder = SessionBuilder(session_id, task, cwd, FORMAT, tools=CLAUDE_CODE_TOOLS)
+    builder = SessionBuilder(session_id, task, cwd, FORMAT, iso_time(t0), tools=CLAUDE_CODE_TOOLS)
     for turn in real:
         _emit(builder, turn, results, f"{path}", report)
     return Imported(session_id, str(path), FORMAT, builder.end(Status.FINISHED, "transcript ended").events)
@@ -229,6 +233,7 @@ def _add_assistant(turn: _Turn, items: list[Any], t: float | None) -> None:
             turn.thinking += str(item.get("thinking")) + "\n\n"
         elif item.get("type") == "tool_use" and isinstance(item.get("input"), dict):
             turn.uses.append(item)
+            turn.starts.append(t)
 
 
 def _emit(builder: SessionBuilder, turn: _Turn, results: dict[str, tuple[str, bool, float | None]], where: str,
@@ -236,7 +241,7 @@ def _emit(builder: SessionBuilder, turn: _Turn, results: dict[str, tuple[str, bo
     native = [{"id": u.get("id"), "type": "function",
                "function": {"name": string(u.get("name")), "arguments": json.dumps(u.get("input"))}} for u in turn.uses]
     builder.turn(turn.thinking + turn.text, turn.t, native or None)
-    for use in turn.uses:
+    for use, start in zip(turn.uses, turn.starts):
         name, arguments = to_tao_call(str(use.get("name") or ""), use["input"])
         call_id = builder.call(name, arguments, str(use.get("id") or "") or None)
         found = results.get(str(use.get("id")))
@@ -245,7 +250,7 @@ def _emit(builder: SessionBuilder, turn: _Turn, results: dict[str, tuple[str, bo
             builder.result(call_id, "", None, True)
             continue
         output, is_error, t = found
-        builder.result(call_id, output, None, is_error, t=t)
+        builder.result(call_id, output, None, is_error, elapsed(start, t), t=t)
 
 
 def _typed(record: dict[str, Any], item: dict[str, Any]) -> bool:
@@ -268,3 +273,4 @@ def _time(stamp: Any) -> float | None:
         return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
     except (ValueError, OverflowError, OSError):  # not a time, or one the platform cannot place
         return None
+

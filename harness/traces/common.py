@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from harness.calls.canonical import canonical
 from tools import TOOL_EFFECTS, Effect
 
 TAO_TOOLS = sorted(TOOL_EFFECTS)
+MAX_DURATION = 86_400.0  # a tool "running" longer than a day is a clock's error or a night's pause, not its time
 
 
 @dataclass
@@ -82,6 +84,26 @@ def seconds(value: Any) -> float | None:
     except OverflowError:
         return None
     return number if math.isfinite(number) else None
+
+
+def measured(value: Any) -> float:
+    """A tool's recorded seconds, or 0.0 for unknown (ToolResult's "not measured"): a value that is no finite
+    number, negative or zero, or absurd (over MAX_DURATION) is no measurement, and must not count as one."""
+    number = seconds(value)
+    return number if number is not None and 0.0 < number <= MAX_DURATION else 0.0
+
+
+def elapsed(start: float | None, end: float | None) -> float:
+    """The seconds from `start` to `end` as a measured duration (`measured`); 0.0 (unknown) if either is missing."""
+    return measured(end - start) if start is not None and end is not None else 0.0
+
+
+def iso_time(epoch: float | None) -> str:
+    """An epoch time as ISO 8601 in UTC, as SessionStart.started_at holds it; empty when unknown or out of range."""
+    try:
+        return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds") if epoch is not None else ""
+    except (ValueError, OverflowError, OSError):
+        return ""
 
 
 def obj(value: Any) -> dict[str, Any]:
@@ -156,11 +178,12 @@ class SessionBuilder:
 
     def result(self, call_id: str, output: str, exit_code: int | None = None, is_error: bool = False,
                duration: float = 0.0, truncated: int = 0, t: float | None = None) -> None:
-        """The observation of an open call."""
+        """The observation of an open call; `duration` is the tool's measured seconds (0.0: not measured, and
+        so is anything `measured` refuses)."""
         call = self._open.pop(call_id)
         if changes_workspace(canonical(call.name, call.arguments, self.repo)):
             self.version += 1
-        duration = seconds(duration) or 0.0
+        duration = measured(duration)
         self.at(t if seconds(t) is not None else self.t + duration)
         self.events.append(ToolResult(self.t, call.step, call_id, call.name, output, is_error, exit_code, truncated,
                                       self.version, round(duration, 6)))

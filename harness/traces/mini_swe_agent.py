@@ -10,7 +10,10 @@ Version 2 (`mini-swe-agent-1.1`) keeps each model message in its API's own shape
 ```mswea_bash_command block, chat tool calls, or a Responses API object), so it is read through what
 every shape carries: the parsed `extra.actions` of a model turn (one or more commands), and
 `extra.raw_output` / `extra.returncode` of each observation, matched by tool call id; `extra.timestamp`
-on both gives model and tool times.
+on both gives model and tool times. mini-swe-agent stamps a model turn when its answer has come back and
+each observation after all the turn's commands have run, one after another: a turn of one command gives that
+command's duration (its observation's stamp minus the turn's), a turn of several only their sum, so theirs
+stay unknown.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.traces.common import Imported, ImportReport, SessionBuilder, obj, objects, read_object, seconds, string
+from harness.traces.common import (Imported, ImportReport, SessionBuilder, elapsed, iso_time, obj, objects,
+                                   read_object, seconds, string)
 from harness.vocabulary import Status
 
 FORMAT = "mini-swe-agent"
@@ -48,7 +52,7 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
     messages = objects(data["messages"])
     session_id = _name(data.get("instance_id")) or path.name.removesuffix(".traj.json")
     builder = SessionBuilder(session_id, _task(messages), string(environment.get("cwd")), FORMAT,
-                             config={"instance_id": data.get("instance_id")})
+                             iso_time(_first_stamp(messages)), config={"instance_id": data.get("instance_id")})
     if any(isinstance(_extra(m).get("actions"), list) for m in messages):
         submitted = _replay_actions(messages, builder, f"{path}", report)
     else:
@@ -97,6 +101,7 @@ def _replay_actions(messages: list[dict[str, Any]], builder: SessionBuilder, whe
     stamps = [seconds(_extra(m).get("timestamp")) for m in messages]
     t0 = min((t for t in stamps if t is not None), default=None)
     pending: list[tuple[str, str | None]] = []  # (Tao call id, the model's tool call id)
+    asked: float | None = None  # when the turn's answer came back, if it holds one command (else unknown)
     for number, message in enumerate(messages, 1):
         extra = _extra(message)
         stamp = stamps[number - 1]
@@ -105,6 +110,7 @@ def _replay_actions(messages: list[dict[str, Any]], builder: SessionBuilder, whe
         if isinstance(actions, list):
             _answer_missing(pending, builder, f"{where}: message {number}", report)
             builder.turn(_reasoning(message), at, output_tokens=_tokens(message))
+            asked = at if len(actions) == 1 else None
             for action in actions:
                 command = action.get("command") if isinstance(action, dict) else None
                 if not isinstance(command, str):
@@ -122,7 +128,8 @@ def _replay_actions(messages: list[dict[str, Any]], builder: SessionBuilder, whe
             index = next((i for i, (_, tid) in enumerate(pending) if answered and tid == answered), 0)
             call_id, _ = pending.pop(index)
             code = extra.get("returncode") if isinstance(extra.get("returncode"), int) else None
-            builder.result(call_id, str(extra.get("raw_output") or ""), code, code not in (0, None), t=at)
+            builder.result(call_id, str(extra.get("raw_output") or ""), code, code not in (0, None),
+                           elapsed(asked, at), t=at)
         elif extra.get("interrupt_type") == "FormatError":
             builder.format_error(_content(message))
     _answer_missing(pending, builder, where, report)
@@ -209,6 +216,12 @@ def _response(message: dict[str, Any]) -> dict[str, Any]:
 def _first_created(messages: list[dict[str, Any]]) -> float | None:
     stamps = [seconds(_response(m).get("created")) for m in messages if m.get("role") == "assistant"]
     return min((s for s in stamps if s is not None), default=None)
+
+
+def _first_stamp(messages: list[dict[str, Any]]) -> float | None:
+    """When the run started, as far as the file says: its first message stamp (version 2) or model response."""
+    stamps = [seconds(_extra(m).get("timestamp")) for m in messages]
+    return min((t for t in stamps if t is not None), default=_first_created(messages))
 
 
 def _created(message: dict[str, Any], t0: float | None) -> float | None:

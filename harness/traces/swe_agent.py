@@ -5,7 +5,8 @@ Tao tool it becomes that call (`open f` -> read_file, `create f` -> write_file, 
 `str_replace_editor view|create|str_replace` -> read_file (list_files for a folder)|write_file|edit_file,
 `submit` -> finish);
 other editor commands keep their own name (edit, goto, scroll_down, ...) with the command text, and
-bash stays `bash`. `execution_time`, where present, is the call's duration.
+bash stays `bash`. `execution_time`, where present, is the call's duration (negative, absurd or missing
+ones are unknown, `harness.traces.common.measured`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import jsonl
-from harness.traces.common import Imported, ImportReport, SessionBuilder, obj, objects, read_object, seconds, string
+from harness.traces.common import (Imported, ImportReport, SessionBuilder, measured, obj, objects, read_object,
+                                   string)
 from harness.vocabulary import Status
 
 FORMAT = "swe-agent"
@@ -188,7 +190,10 @@ def _digits(word: str) -> bool:
 
 
 def _seconds(value: Any) -> float:
+    """`execution_time` (a number, or one written as a string) as a measured duration; 0.0 when unknown."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return 0.0
     try:
-        return max(0.0, seconds(float(value)) or 0.0)
-    except (TypeError, ValueError, OverflowError):
+        return measured(float(value))
+    except (ValueError, OverflowError):
         return 0.0

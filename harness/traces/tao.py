@@ -1,14 +1,19 @@
-"""Importer for Tao's own trajectories (JSONL events): validated, with damaged lines reported and skipped."""
+"""Importer for Tao's own trajectories (JSONL events): validated, with damaged lines reported and skipped.
+
+A call's `duration` is what its tool took: for a call a speculation answered, that run's time (`saved` +
+`waited` of its spec_promote), not the moment the call waited for it; one `measured` refuses is unknown (0).
+"""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from harness import jsonl
-from harness.events import Event, SessionStart, UnknownEvent, from_dict
-from harness.traces.common import Imported, ImportReport, read_lines
+from harness.events import Event, SessionStart, SpecPromote, ToolResult, UnknownEvent, from_dict
+from harness.traces.common import Imported, ImportReport, measured, read_lines
 
 FORMAT = "tao"
 _START = re.compile(r'^\{"type":\s*"[a-z_]+",\s*"t":\s*-?\d')
@@ -46,4 +51,17 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
     if start is None:
         report.skip(str(path), "no session_start event")
         return []
-    return [Imported(start.session_id or path.stem, str(path), FORMAT, events)]
+    return [Imported(start.session_id or path.stem, str(path), FORMAT, tool_times(events))]
+
+
+def tool_times(events: list[Event]) -> list[Event]:
+    """The events with each result's `duration` the time its tool ran (see the module's docstring); the same
+    events, unchanged, where every duration already is."""
+    ran = {e.call_id: e.saved + e.waited for e in events if isinstance(e, SpecPromote)}
+    out: list[Event] = []
+    for event in events:
+        if isinstance(event, ToolResult):
+            duration = measured(ran.get(event.call_id, event.duration))
+            event = event if duration == event.duration else replace(event, duration=duration)
+        out.append(event)
+    return out

@@ -6,7 +6,9 @@ of its new prompt tokens (the prefix cache holds the rest) at `prefill_tps` plus
 command class (harness.bench.replay.tool_times). The analyzer, trained on `--train` only, predicts every
 call at moments (a), (b), (c) without looking ahead; each run (harness.bench.replay.policies) turns
 that into a plan, and harness.bench.timeline into task times. With `--sessions N`, N trajectories share
-one engine whose time per token grows with load (harness.bench.replay.load).
+one engine whose time per token grows with load (harness.bench.replay.load). With `--sequential`, Tao's
+row is replayed again with the model adapted to each user's earlier sessions, as `tao run` adapts it
+(harness.bench.replay.sequential).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.bench.replay import load as replay_load
+from harness.bench.replay import sequential as replay_sequential
 from harness.bench.predict import split
 from harness.bench.replay.policies import BUDGET, POLICIES, SINGLE, TAKE, Tally, plans
 from harness.bench.replay.trace import Trace, build, decide
@@ -115,36 +118,73 @@ def accuracy(prepared: list[Prepared]) -> dict[str, Any]:
     top1 = sum(key in [x.key for x in decision.top("a", 1)] for key, decision in decided)
     top3 = sum(key in [x.key for x in decision.top("a", 3)] for key, decision in decided)
     measured = sum(c.measured for p in prepared for c in p.trace.all_calls())
+    every = sum(len(p.trace.all_calls()) for p in prepared)
     return {"calls": calls, "served": served, "served_share": served / calls if calls else 0.0,
             "served_by_moment": dict(sorted(moments.items())), "a_top1": top1 / len(decided) if decided else 0.0,
             "a_top3": top3 / len(decided) if decided else 0.0, "measured_durations": measured,
+            "measured_share": measured / every if every else 0.0,
             "launched": sum(p.tallies["tao"].launched for p in prepared),
             "warmed": sum(p.tallies["tao"].warmed for p in prepared),
             "ruled_out_wrongly": sum(p.tallies["tao"].ruled_out_wrongly for p in prepared)}
 
 
+def adapted_runs(model: PatternModel, test: list[Any], alone: list[list[Prepared]], history: list[Any],
+                 budget: Budget, latency: str) -> tuple[list[Prepared], int]:
+    """`--sequential`: each test session prepared with `model` adapted to its user's earlier sessions among
+    `history` (a session with none keeps `alone`'s, the shipped model's, so that the two rows differ only where
+    adapting changed something); and how many sessions had any."""
+    spans = [s for s in (replay_sequential.span(h) for h in history) if s is not None]
+    out, adapted = [], 0
+    for session, shipped in zip(test, alone):
+        past = replay_sequential.earlier(session, spans)
+        adapted += bool(past)
+        out += prepare(replay_sequential.adapted(model, past), [session], budget, latency) if past else shipped
+    return out, adapted
+
+
+def adapted_row(prepared: list[Prepared], lines: dict[str, list[Timeline]], tpot: float,
+                prefill_tps: float) -> dict[str, float]:
+    """Tao's task times with the adapted plans, against the same baseline as the shipped model's row."""
+    totals = [simulate(p.trace.steps, p.plans["tao"], tpot, prefill_tps, TAKE).total for p in prepared]
+    base = [t.total for t in lines["baseline"]]
+    mean, p99 = statistics.fmean(totals), quantile(totals, 0.99)
+    return {"mean": round(mean, 4), "p50": round(quantile(totals, 0.5), 4), "p99": round(p99, 4),
+            "mean_reduction": round(1 - mean / statistics.fmean(base), 4),
+            "p99_reduction": round(1 - p99 / quantile(base, 0.99), 4)}
+
+
 def run(train_dir: Path, test_dir: Path, tpots_ms: list[float], sessions: int = 1, holdout: float = 0.3,
         model_path: Path | None = None, save_model: Path | None = None,
         prefill_tps: float = PREFILL_TPS, limit: int = 0, budget: Budget = BUDGET,
-        latency: str = "trace") -> dict[str, Any]:
-    """The whole benchmark: split, learn (or load) the patterns, prepare, replay at every time per token."""
+        latency: str = "trace", sequential: bool = False) -> dict[str, Any]:
+    """The whole benchmark: split, learn (or load) the patterns, prepare, replay at every time per token.
+
+    `sequential`: also Tao adapted to each user's earlier sessions, those of `test_dir` (all of them, held out
+    or not)."""
     started = time.perf_counter()
     report = ImportReport()
     train, test = split(train_dir, test_dir, holdout, report)
+    history = test + train if train_dir.resolve() == test_dir.resolve() else test
     test = test[:limit] if limit else test
     model = PatternModel.load(model_path) if model_path else learn([s.events for s in train])
     if save_model is not None:
         model.save(save_model)
     learned = time.perf_counter()
-    prepared = prepare(model, test, budget, latency)
+    alone = [prepare(model, [session], budget, latency) for session in test]
+    prepared = [p for one in alone for p in one]
+    adapted, with_past = adapted_runs(model, test, alone, history, budget, latency) if sequential else ([], 0)
     result: dict[str, Any] = {"budget": {"k": budget.k, "max_running": budget.max_running,
                                          "max_sandboxed": budget.max_sandboxed},
         "train_sessions": len(train) if model_path is None else f"model {model_path}",
         "test_sessions": len(prepared), "steps": sum(len(p.trace.steps) for p in prepared),
         "prefill_tps": prefill_tps, "latency": latency, "accuracy": accuracy(prepared), "tpot_ms": {}}
+    if sequential:
+        result["sequential"] = {"sessions_with_past": with_past, "accuracy": accuracy(adapted)}
     for tpot in tpots_ms:
         lines = timelines(prepared, tpot / 1000, prefill_tps)
         entry = summarise(lines)
+        if sequential:
+            entry["sequential"] = adapted_row(adapted, lines, tpot / 1000, prefill_tps)
         if sessions > 1:
             entry["sessions"] = replay_load.run(prepared, lines, sessions, tpot / 1000, prefill_tps)
         result["tpot_ms"][_label(tpot)] = entry

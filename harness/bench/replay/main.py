@@ -16,6 +16,7 @@ from harness.speculation.running.scheduler import Budget
 RUN_LABELS = {"baseline": "serial", "tao": "Tao", "paste": "patterns (a) only", "spork": "streamed (b,c) only",
               "aospec": "observations only", "oracle": "oracle", "oracle_obs": "oracle + observations",
               "oracle_speculable": "oracle, speculable calls"}
+SEQUENTIAL_LABEL = "Tao, adapted to the user"  # --sequential: beside "Tao", the shipped model alone
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="overlay runs at once (default: Budget's, cpu_count // 2 on this machine)")
     parser.add_argument("--latency", choices=("trace", "local"), default="trace",
                         help="tool seconds where the trace has none: regressed from the traces, or measured here")
+    parser.add_argument("--sequential", action="store_true",
+                        help="also replay Tao with the model adapted to each user's (project's) earlier sessions "
+                             "only, in time order, as `tao run` adapts it")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--plot", type=Path, default=None, help="write a PNG of per-trajectory reductions")
 
@@ -60,7 +64,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     budget = replace(budget, k=args.k or budget.k, max_sandboxed=args.max_sandboxed or budget.max_sandboxed)
     result = replay.run(args.train or args.traces, args.traces, parse_tpots(args.tpot_ms), args.sessions,
                         args.holdout, args.model, args.save_model, args.prefill_tps, args.limit, budget,
-                        args.latency)
+                        args.latency, args.sequential)
     if args.json:
         print(dump(result), flush=True)
     else:
@@ -80,7 +84,14 @@ def report(result: dict[str, Any]) -> Report:
                f"model {result['latency']!r}; budget {result['budget']}",
                f"Tao served {acc['served_share']:.1%} of calls from speculation "
                f"(by moment {acc['served_by_moment']}); (a) top-1 {acc['a_top1']:.1%}, top-3 {acc['a_top3']:.1%}; "
-               f"warmed prompts {acc['warmed']}; measured tool durations {acc['measured_durations']}"]
+               f"warmed prompts {acc['warmed']}",
+               f"measured tool durations: {acc['measured_durations']} calls ({acc['measured_share']:.0%}); the "
+               "others' from the latency model"]
+    if "sequential" in result:
+        seq = result["sequential"]
+        heading.append(f"adapted to each user's earlier sessions ({seq['sessions_with_past']} of "
+                       f"{result['test_sessions']} sessions had some): served {seq['accuracy']['served_share']:.1%}; "
+                       f"(a) top-1 {seq['accuracy']['a_top1']:.1%}, top-3 {seq['accuracy']['a_top3']:.1%}")
     return Report(result, [per_tpot(tpot, entry) for tpot, entry in result["tpot_ms"].items()], heading=heading)
 
 
@@ -88,6 +99,11 @@ def per_tpot(tpot: str, entry: dict[str, Any]) -> Table:
     """One time per token: each run's task times, and Tao's figures below them."""
     rows = [[RUN_LABELS[run], f"{row['mean']:.1f}", f"{row['p50']:.1f}", f"{row['p99']:.1f}",
              f"{row['mean_reduction']:.1%}", f"{row['p99_reduction']:.1%}"] for run, row in entry["runs"].items()]
+    if "sequential" in entry:
+        row = entry["sequential"]
+        below = next(i for i, cells in enumerate(rows) if cells[0] == RUN_LABELS["tao"]) + 1
+        rows.insert(below, [SEQUENTIAL_LABEL, f"{row['mean']:.1f}", f"{row['p50']:.1f}", f"{row['p99']:.1f}",
+                            f"{row['mean_reduction']:.1%}", f"{row['p99_reduction']:.1%}"])
     caption = (f"Tao: {entry['mean_reduction']:.1%} mean, {entry['p99_reduction']:.1%} p99; "
                f"oracle share {entry['oracle_share']:.0%} (of the speculable calls' oracle "
                f"{entry['oracle_speculable_share']:.0%}); {_times(entry['vs_best_single'])} the best single "

@@ -1,7 +1,8 @@
 """Tool latency for the trace replay: measured where the trajectory has it, else a model per command class.
 
 A call's seconds are its recorded duration when the trace has one (SWE-agent's `execution_time`, Tao's
-and Claude Code's timestamps). Otherwise the kind's seconds from harness.speculation.prediction.latency, which were
+own, Claude Code's tool_use-to-tool_result and mini-swe-agent 2's timestamps, as harness.traces gives
+them; 0 means none). Otherwise the kind's seconds from harness.speculation.prediction.latency, which were
 regressed from the 11.3k gaps between mini-swe-agent's model responses (a gap is the model's time plus
 the tool's; regressed on the answer's output tokens and the call's kind). Those are checked against
 real runs of such commands on this machine (`python -m harness.bench.replay.tool_times DIR`, three runs
