@@ -7,6 +7,7 @@ licences to what the README promises, and read every file through the importers 
 from __future__ import annotations
 
 import csv
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -85,3 +86,21 @@ def test_codex_calls_map_to_tao_calls_where_they_amount_to_one() -> None:
         ("apply_patch", {"patch": "*** Begin Patch"})
     assert to_tao_call({"type": "function_call", "name": "update_plan", "arguments": "{not json"}) == \
         ("update_plan", {"arguments": "{not json"})
+
+
+def test_a_transcript_whose_first_kilobytes_hold_no_message_is_still_claude_code(tmp_path: Path) -> None:
+    # As Claude Code 2.1 starts one: a resume pointer and a mode record, then a file snapshot of many kB
+    transcript = next((PUBLIC / "test" / "link-foundation-meta-language").glob("7a6e5ba3*.jsonl"))
+    session = transcript.stem
+    snapshot = {"type": "file-history-snapshot", "messageId": "m1", "isSnapshotUpdate": False,
+                "snapshot": {"trackedFileBackups": {f"src/f{i}.rs": {"version": 1} for i in range(400)}}}
+    head = [{"type": "last-prompt", "leafUuid": "u1", "sessionId": session},
+            {"type": "mode", "mode": "normal", "sessionId": session}, snapshot]
+    path = tmp_path / transcript.name
+    path.write_text("".join(json.dumps(r) + "\n" for r in head) + transcript.read_text(encoding="utf-8"),
+                    encoding="utf-8")
+    assert '"message"' not in path.read_text(encoding="utf-8")[:4096]
+    assert detect(path) == "claude-code"
+    report = ImportReport()
+    (imported,) = load_sessions(path, report=report)
+    assert imported.session_id == session and len([e for e in imported.events if isinstance(e, ToolCall)]) == 13
