@@ -34,6 +34,7 @@ _OUTPUTS = {"function_call_output", "custom_tool_call_output"}
 _CONTEXT = ("<environment_context>", "<user_instructions>", "# AGENTS.md", "<permissions", "<INSTRUCTIONS>")
 _SCRIPT_CALL = re.compile(r"\btools\.(\w+)\(")
 _EXEC_CMD = re.compile(r"""\btools\.exec_command\(\s*\{\s*["']?cmd["']?\s*:\s*("(?:[^"\\]|\\.)*")""")
+_FIRST = re.compile(r'\{"timestamp":\s*"[^"]*",\s*"type":\s*"(?:session_meta|response_item|turn_context|event_msg)"')
 _EXIT = re.compile(r"(?:Process exited with code|Exit code:)\s*(-?\d+)")
 
 
@@ -45,8 +46,8 @@ class _Turn:
 
 
 def sniff(path: Path, head: str) -> bool:
-    """A .jsonl of `{timestamp, type, payload}` records that starts with `session_meta` or a response item."""
-    return path.suffix == ".jsonl" and '"payload"' in head and ('"session_meta"' in head or '"response_item"' in head)
+    """A .jsonl whose first record is one of Codex's `{timestamp, type, payload}` records."""
+    return path.suffix == ".jsonl" and _FIRST.match(head.lstrip()) is not None
 
 
 def load(path: Path, report: ImportReport) -> list[Imported]:
