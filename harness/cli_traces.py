@@ -121,7 +121,7 @@ def cmd_learn(args: argparse.Namespace) -> int:
 
 
 KNOWN_FILES = ("mini-swe-agent *.traj.json, SWE-agent *.traj, Claude Code transcripts *.jsonl "
-               "(~/.claude/projects/*/), Tao trajectories *.jsonl")
+               "(~/.claude/projects/*/), Codex CLI rollouts *.jsonl (~/.codex/sessions/), Tao trajectories *.jsonl")
 
 
 def existing(path: Path) -> Path:

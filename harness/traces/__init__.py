@@ -13,11 +13,11 @@ from pathlib import Path
 from types import ModuleType
 
 from harness import jsonl
-from harness.traces import claude_code, mini_swe_agent, swe_agent, tao
+from harness.traces import claude_code, codex, mini_swe_agent, swe_agent, tao
 from harness.traces.common import Imported, ImportReport, write_session
 
 FORMATS: dict[str, ModuleType] = {"mini-swe-agent": mini_swe_agent, "swe-agent": swe_agent,
-                                   "claude-code": claude_code, "tao": tao}
+                                   "claude-code": claude_code, "codex": codex, "tao": tao}
 _SUFFIXES = (".traj.json", ".traj", ".jsonl", ".json")
 
 __all__ = ["FORMATS", "Imported", "ImportReport", "detect", "load_sessions", "trajectory_files", "write_session"]
@@ -29,7 +29,7 @@ def detect(path: Path) -> str | None:
         head = jsonl.read_regular(path, head=4096).decode("utf-8", errors="replace").removeprefix("\ufeff")
     except OSError:
         return None
-    for name in ("tao", "claude-code", "mini-swe-agent", "swe-agent"):
+    for name in ("tao", "codex", "claude-code", "mini-swe-agent", "swe-agent"):
         if FORMATS[name].sniff(path, head):
             return name
     return None

@@ -33,6 +33,8 @@ FORMAT = "claude-code"
 # Claude Code's file and shell tools, by the Tao names they are imported as (it has no run_tests).
 CLAUDE_CODE_TOOLS = ["bash", "edit_file", "finish", "grep", "list_files", "read_file", "write_file"]
 _QUIET_TYPES = {"summary", "system", "file-history-snapshot", "queue-operation"}
+# Records Claude Code 2.1 writes at the head of a transcript, before any message.
+_LEADING = re.compile(r'"type":\s*"(?:last-prompt|mode|queue-operation|file-history-snapshot|summary)"')
 # Claude Code's tools that become Tao calls; the same name left as it is marks an input this importer cannot read.
 CLAUDE_CODE_NAMES = {"Bash", "Read", "NotebookRead", "Grep", "LS", "Edit", "MultiEdit", "Write"}
 # User texts that Claude Code writes itself: slash commands' echoes and output, caveats, interruptions.
@@ -49,8 +51,10 @@ class _Turn:
 
 
 def sniff(path: Path, head: str) -> bool:
-    """A .jsonl of records with `message` and a session id."""
-    return path.suffix == ".jsonl" and '"message"' in head and ('"sessionId"' in head or '"uuid"' in head)
+    """A .jsonl of records with a session id, and `message` or a record Claude Code writes before the first
+    message (its first 4 kB may hold only those when a file snapshot of many kB follows them)."""
+    return path.suffix == ".jsonl" and ('"sessionId"' in head or '"uuid"' in head) and (
+        '"message"' in head or _LEADING.search(head) is not None)
 
 
 def load(path: Path, report: ImportReport) -> list[Imported]:
