@@ -50,6 +50,8 @@ def plot(results: list[dict[str, Any]], out: Path) -> None:
         title = f"engine: {config['engine']} ({config['profile']})" if config else result.get("title", "partial run")
         if config and config["engine"] == "embedded":
             title += f", KV cache {config['pacing']['kv_tokens']:,} tokens"
+        if config and config.get("steps"):
+            title += f", first {config['steps']} steps"
         if config and config.get("workload", "examples/sessions") != "examples/sessions":
             title += f"\n{Path(config['workload']).name}"
         ax.set_title(title, fontsize=10)
