@@ -126,8 +126,8 @@ def _respelled(command: shellwords.Command, root: str) -> shellwords.Command:
     if spelled != argv:  # `npm run test` or `npm t` as `npm test`; the words after it keep their own spelling
         dropped = len(argv) - len(spelled)
         words = [*words[:skip + 1], shellwords.Word("test", "test"), *words[skip + 2 + dropped:]]
-    redirects = [shellwords.Redirect(r.op, norm_path(r.target, root) or ".") if r.body is None and _under(r.target, root)
-                 else r for r in command.redirects]
+    redirects = [shellwords.Redirect(r.op, norm_path(r.target, root) or ".")
+                 if r.body is None and _under(r.target, root) else r for r in command.redirects]
     if words == command.words and redirects == command.redirects:
         return command
     return shellwords.Command(words, redirects, command.joiner)
