@@ -108,6 +108,8 @@ def test_different_runs_stay_apart(different: tuple[str, str]) -> None:
     ("ls /home/u/proj", "ls"),
     ("echo hi > /home/u/proj/out.txt", "echo hi > out.txt"),
     ("wc -l /home/u/proj/src/a.ts /home/u/proj/src/b.ts", "wc -l src/a.ts src/b.ts"),
+    ("/home/u/proj/node_modules/.bin/jest src/a.test.ts", "./node_modules/.bin/jest src/a.test.ts"),
+    ("/home/u/proj/tests/runtests.py queries", "./tests/runtests.py queries"),
 ])
 def test_absolute_paths_under_the_working_directory_become_relative(absolute: str, relative: str) -> None:
     assert canonical_bash(absolute, ROOT) == canonical_bash(relative, ROOT)
@@ -211,3 +213,17 @@ def test_a_go_test_file_in_sight_is_run_as_its_package_with_the_sessions_runner(
     found = keys(script)
     assert "test_in_sight" in found[canonical_bash("go test ./internal/lex", ROOT).key]
     assert canonical_bash("go test internal/lex/lex_test.go", ROOT).key not in found
+
+
+def test_git_status_is_proposed_at_the_start_and_git_diff_after_an_unseen_edit() -> None:
+    script = Script(repo=ROOT)
+    assert "git_start" in keys(script)[canonical_bash("git status", ROOT).key]
+    script.step("read_file", {"path": f"{ROOT}/src/a.ts"}, "export const a = 1;\n")
+    script.step("edit_file", {"path": f"{ROOT}/src/a.ts", "old": "1", "new": "2"}, "edited src/a.ts")
+    found = keys(script)
+    assert "git_diff_edit" in found[canonical_bash("git diff", ROOT).key]
+    assert "git_diff_file" in found[canonical_bash("git diff src/a.ts", ROOT).key]
+    assert "git_status_edit" in found[canonical_bash("git status", ROOT).key]
+    script.bash("git diff", "diff --git a/src/a.ts b/src/a.ts\n")
+    found = keys(script)
+    assert "git_diff_edit" not in found.get(canonical_bash("git diff", ROOT).key, "")

@@ -118,10 +118,14 @@ def normalize_command(command: str, root: str = "") -> str:
 def _respelled(command: shellwords.Command, root: str) -> shellwords.Command:
     """A command with one spelling for what does not matter: paths under the session's working directory
     relative to it (`/home/u/proj/src/a.ts` is `src/a.ts`, the directory itself `.`; other absolute paths
-    stay), and a package manager's test script as `npm test` (see runners.respell)."""
+    stay; a program run by its path is `./bin/x`, as typed when relative), and a package manager's test script
+    as `npm test` (see runners.respell)."""
     words = [_relative_word(w, root) for w in command.words]
     argv = [w.value for w in words]
     skip = len(argv) - len(strip_assignments(command))
+    if skip < len(words) and words[skip] is not command.words[skip] and not argv[skip].startswith("."):
+        argv[skip] = f"./{argv[skip]}"
+        words[skip] = shellwords.Word(argv[skip], argv[skip])
     spelled = argv[:skip] + respell(argv[skip:])
     if spelled != argv:  # `npm run test` or `npm t` as `npm test`; the words after it keep their own spelling
         dropped = len(argv) - len(spelled)
