@@ -201,8 +201,12 @@ def test_a_runner_names_a_test_file_its_own_way(runner: str, path: str, target: 
     ("npm test -- src/a.test.ts", "npm test --", "src/a.test.ts"),
     ("bundle exec rspec spec/a_spec.rb", "bundle exec rspec", "spec/a_spec.rb"),
     ("pytest -q tests/test_x.py", "pytest -q", "tests/test_x.py"),
+    ("cargo test parse_args", "cargo test parse_args", None),
+    ("make test", "make test", None),
+    ("go build ./cmd/app", "go build ./cmd/app", None),
+    ("npm run build -- --watch", "npm run build -- --watch", None),
 ])
-def test_a_test_command_splits_into_runner_and_target(command: str, runner: str, target: str) -> None:
+def test_a_test_command_splits_into_runner_and_target(command: str, runner: str, target: str | None) -> None:
     assert split_test(command) == (runner, target)
 
 

@@ -176,16 +176,29 @@ def file_target(runner: str, path: str) -> str | None:
     """How `runner` names the test file or folder `path` (`go test` names `pkg/a_test.go` as `./pkg`), None when
     it takes no such target (a Python runner and a Go file, `cargo test`, which filters by test name)."""
     argv = runner.split()
-    length = runner_length(argv)
     folder = "." not in posixpath.basename(path)
-    if length == 0:  # Python's runners: modules and folders
+    if runner_length(argv) == 0:  # Python's runners: modules and folders
         return path if folder or path.endswith(".py") else None
-    launched = _launched(argv)
-    program = posixpath.basename((launched or argv)[0])
-    language = _LANGUAGE.get(program)
+    language = file_language(argv)
     if language is None or not (folder or path.endswith(_TEST_FILE_SUFFIXES[language])):
         return None
     if language == "go":
         package = path if folder else posixpath.dirname(path)
         return f"./{package}" if package else "."
     return path
+
+
+def file_language(argv: list[str]) -> str | None:
+    """The language of the test files a test run of another ecosystem takes as targets (`go test`: go,
+    `npx jest`: js), None for runs that take none (builds, `cargo test`, `mvn test`, `make test`, `tsc`)."""
+    launched = _launched(argv) if argv else None
+    words = launched or argv
+    if not words or not is_test_run(words):
+        return None
+    program = posixpath.basename(words[0])
+    language = _LANGUAGE.get(program)
+    if program in _PACKAGE_MANAGERS:
+        return language if _script(program, words[1:]) == "test" else None
+    if program in _SUBCOMMANDS:
+        return language if _operands(words[1:])[:1] == ["test"] else None
+    return language

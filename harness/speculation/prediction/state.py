@@ -23,7 +23,7 @@ from harness.calls.action import (CLEANUP, EDIT, LIST, READ, SCRIPT, SEARCH, SHE
                                         Action, changes_workspace, norm_path)
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.extract import blank_long_runs, path_mentions
-from harness.calls.runners import is_test_file, runner_length
+from harness.calls.runners import file_language, is_test_file, runner_length
 from harness.calls.shellmap import command_kind
 
 _NUMBERED = re.compile(r"(?m)^\s*\d+(?:\t|: |\| |\u2192)")
@@ -467,6 +467,8 @@ def split_test(command: str) -> tuple[str, str | None]:
         return command, None
     words = command.split()
     start = runner_length(words)  # `go test`, `npx jest`, `npm test --`: the words that name another runner
+    if start and file_language(words) is None:
+        return command, None  # `cargo test x` filters by name, `make test` names a goal: no file targets
     for index, word in enumerate(words[1:], 1):
         if index < start or (words[index - 1] in _VALUE_FLAGS and index > 1):
             continue  # `-p no:cacheprovider`, `-k expr`: the option's value, not a target
