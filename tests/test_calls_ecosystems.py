@@ -124,6 +124,12 @@ def test_paths_outside_the_working_directory_stay_as_they_are(command: str) -> N
     assert canonical_bash(command, ROOT) == canonical_bash(command, "/srv/other")
 
 
+def test_a_command_the_reader_cannot_follow_has_its_paths_made_relative_as_text() -> None:
+    command = "cd {0}; for f in $(ls {0}/src); do wc -l {0}/src/$f; done; ls {0}/ {0}2/x"
+    assert canonical_bash(command.format(ROOT), ROOT).args["command"] == (
+        "cd .; for f in $(ls src); do wc -l src/$f; done; ls . /home/u/proj2/x")
+
+
 def test_a_call_learned_on_one_machine_is_the_same_call_on_another() -> None:
     pairs = [("bash", {"command": "{}/node_modules/.bin/jest {}/src/a.test.ts"}),
              ("read_file", {"path": "{}/src/a.ts"}), ("grep", {"pattern": "foo", "path": "{}/src"}),

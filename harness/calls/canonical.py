@@ -88,7 +88,8 @@ def canonical_bash(command: str, root: str = "") -> Action:
     try:
         commands = shellwords.parse(command)
     except shellwords.ShellSyntax:
-        return make("bash", {"command": " ".join(command.split())}, _guess_kind(command), Effect.MUTATING)
+        return make("bash", {"command": _relative_text(" ".join(command.split()), root)}, _guess_kind(command),
+                    Effect.MUTATING)
     commands = [_respelled(c, root) for c in _drop_root_cd(commands, root)]
     if not commands:
         return make("bash", {"command": ""}, SHELL, Effect.SANDBOXED)
@@ -112,7 +113,17 @@ def normalize_command(command: str, root: str = "") -> str:
     try:
         return shellwords.render([_respelled(c, root) for c in _drop_root_cd(shellwords.parse(command), root)])
     except shellwords.ShellSyntax:
-        return " ".join(command.split())
+        return _relative_text(" ".join(command.split()), root)
+
+
+def _relative_text(text: str, root: str) -> str:
+    """A command this reader cannot follow with the working directory's paths relative all the same, as text:
+    `/home/u/proj/src/a.go` is `src/a.go`, the directory itself `.`."""
+    root = root.rstrip("/")
+    if not root or root not in text:
+        return text
+    inside_or_itself = re.escape(root) + r"(?:(/)(?=[^\s/;&|)'\"])|/?(?![\w./-]))"  # `root/x`, or `root` alone
+    return re.sub(inside_or_itself, lambda m: "" if m.group(1) else ".", text)
 
 
 def _respelled(command: shellwords.Command, root: str) -> shellwords.Command:
