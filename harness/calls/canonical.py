@@ -1,7 +1,9 @@
 """The canonical action form: one spelling per effect, so equal actions compare equal.
 
 Structured Tao calls keep their tool and get normalised arguments (relative paths, no default values).
-Bash commands are normalised (whitespace, quoting) and, where that is unambiguous, mapped to the
+Bash commands are normalised (whitespace, quoting, paths under the session's working directory made
+relative so that a call learned on one machine matches on another, `npm run test` as `npm test`) and,
+where that is unambiguous, mapped to the
 structured tool they amount to: `cat f` and `nl -ba f` are `read_file(path=f)`, `sed -n '5,9p' f` is
 `read_file(f, 5, 9)`, `grep -rn pat dir` is `grep(pat, dir)`, `pytest tests/x.py` is `run_tests(...)`,
 `cat <<'EOF' > f` is `write_file(f, ...)`. Every action also gets a `kind` (read, view, search, test,
