@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -155,7 +156,9 @@ async def _twice(root: Path, files: dict[str, str], command: str) -> tuple[str, 
 async def test_a_real_pytest_rerun_reads_the_same_byte_for_byte(tmp_path: Path) -> None:
     command = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {sys.executable} -m pytest -q -rN -p no:cacheprovider"
     first, second = await _twice(tmp_path / "ws", FLAKY_BY_DESIGN, command)
-    assert "pid <pid>" in first and "object at 0x<addr>" in first and "pytest-<n>" in first, first
+    assert "pid <pid>" in first and "object at 0x<addr>" in first, first
+    if tempfile.gettempdir() in ("/tmp", "/var/tmp"):  # pytest's numbered folders lie there
+        assert "pytest-<n>" in first, first
     assert first == second
     changed = {**FLAKY_BY_DESIGN, "tests/test_noise.py": FLAKY_BY_DESIGN["tests/test_noise.py"].replace("'x'", "'y'")}
     other, _ = await _twice(tmp_path / "ws2", changed, command)
