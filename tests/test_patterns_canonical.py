@@ -97,7 +97,7 @@ def test_whitespace_and_quoting_do_not_matter_but_expansion_does() -> None:
 def test_listings_and_effects() -> None:
     assert key("ls -la src") == call("list_files", path="src", depth=1) == key("ls src/")
     assert canonical_bash("ls -R src").tool == "bash"
-    assert canonical_bash("git diff").effect == Effect.SANDBOXED
+    assert canonical_bash("git diff").effect == Effect.PURE  # git reads: see test_calls_ecosystems.py
     assert canonical_bash("git checkout a.py").effect == Effect.MUTATING
     assert canonical_bash("sed -i 's/a/b/' x.py").kind == "edit"
     assert canonical_bash("rm x.py").kind == "cleanup"

@@ -10,7 +10,8 @@ import pytest
 
 from sandbox import Workspace
 from tools import RunTests, run_tool
-from tools.run_tests import deterministic_env, detect_test_command, mask_durations
+from tools.masking import mask_durations
+from tools.run_tests import deterministic_env, detect_test_command
 
 PYTEST = f"{sys.executable} -m pytest -q"
 

@@ -1,4 +1,5 @@
-"""run_tests: run the project's test command (detected, or given) with a timeout; deterministic output."""
+"""run_tests: run the project's test command (detected, or given) with a timeout; deterministic output
+(durations, temporary paths, process ids and addresses masked: see tools.masking)."""
 
 from __future__ import annotations
 
@@ -13,31 +14,13 @@ from typing import Any
 
 from sandbox import WorkspaceView
 from tools.base import Effect, Observation, ToolError, observe
+from tools.masking import mask_run
 
 DEFAULT_TEST_TIMEOUT = 300.0
 _PYTHON_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", "pytest.ini", "tox.ini")
 _MAKEFILES = ("GNUmakefile", "makefile", "Makefile")
 _MAKE_TEST_TARGET = re.compile(r"^test\s*:(?!=)", re.MULTILINE)
 _MAX_MAKEFILE_BYTES = 1 << 20  # read this much of a Makefile to look for a test target
-
-# Wall-clock durations in test-runner summaries, masked so two runs of the same tests read the same.
-_DURATIONS = (
-    # pytest: "1 failed, 2 passed in 0.12s", "=== 3 passed in 65.20s (0:01:05) ===", "no tests ran in 0.01s"
-    (re.compile(r"(?m)^(.*\b(?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|no tests ran)\b.*?)"
-                r" in \d+(?:\.\d+)?s(?: \(\d+:\d\d:\d\d(?:\.\d+)?\))?"), r"\1 in <time>"),
-    # cargo: "test result: ok. 3 passed; 0 failed; ...; finished in 0.00s"
-    (re.compile(r"(test result: .*; finished in )\d+(?:\.\d+)?s"), r"\1<time>"),
-    # go: "ok  \texample.com/pkg\t0.003s", "--- FAIL: TestX (0.00s)"
-    (re.compile(r"(?m)^((?:ok|FAIL)\s+\S+\s+)\d+(?:\.\d+)?s"), r"\1<time>"),
-    (re.compile(r"(?m)^(\s*--- (?:PASS|FAIL|SKIP): .*) \(\d+(?:\.\d+)?s\)$"), r"\1 (<time>)"),
-)
-
-
-def mask_durations(text: str) -> str:
-    for pattern, replacement in _DURATIONS:
-        text = pattern.sub(replacement, text)
-    return text
-
 
 def detect_test_command(root: Path) -> str | None:
     """The project's test command, judged from the files at its root; None when nothing says."""
@@ -144,7 +127,7 @@ class RunTests:
             )
         # Through the workspace, so that inside an Overlay the tests run in its copy-on-write view.
         result = await workspace.run(["bash", "-c", command], timeout=self.timeout, env=deterministic_env())
-        text = f"$ {command}\n{mask_durations(result.text)}"
+        text = f"$ {command}\n{mask_run(result.text, str(workspace.root))}"  # what varies run to run: masking.py
         if not text.endswith("\n"):
             text += "\n"
         if result.timed_out:

@@ -81,13 +81,13 @@ def norm_path(path: Any, root: str = "") -> str:
     if not isinstance(path, str):
         return ""
     path = path.strip()
+    if not path:
+        return ""
+    path = posixpath.normpath(path)  # `/root/src/../a.py` is `/root/a.py` before it is compared with the root
     root = root.rstrip("/")
     if root and (path == root or path.startswith(root + "/")):
         path = path[len(root) + 1:]
-    if not path:
-        return ""
-    path = posixpath.normpath(path)
-    return "" if path == "." else path
+    return "" if path in ("", ".") else path
 
 
 def to_int(value: Any) -> int | None:

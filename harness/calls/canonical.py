@@ -1,7 +1,9 @@
 """The canonical action form: one spelling per effect, so equal actions compare equal.
 
 Structured Tao calls keep their tool and get normalised arguments (relative paths, no default values).
-Bash commands are normalised (whitespace, quoting) and, where that is unambiguous, mapped to the
+Bash commands are normalised (whitespace, quoting, paths under the session's working directory made
+relative so that a call learned on one machine matches on another, `npm run test` as `npm test`) and,
+where that is unambiguous, mapped to the
 structured tool they amount to: `cat f` and `nl -ba f` are `read_file(path=f)`, `sed -n '5,9p' f` is
 `read_file(f, 5, 9)`, `grep -rn pat dir` is `grep(pat, dir)`, `pytest tests/x.py` is `run_tests(...)`,
 `cat <<'EOF' > f` is `write_file(f, ...)`. Every action also gets a `kind` (read, view, search, test,
@@ -10,6 +12,7 @@ script, write, ...) for control-flow patterns and an effect class that says wher
 
 from __future__ import annotations
 
+import posixpath
 import re
 from functools import lru_cache
 from typing import Any
@@ -18,7 +21,8 @@ from harness.calls import shellwords
 from harness.calls.action import (EDIT, FINISH, GIT, INSTALL, LIST, OTHER, READ,
                                         SCRIPT, SEARCH, SHELL, TEST, VIEW, WRITE, WRITE_RUN, CLEANUP,
                                         TOOL_KINDS, Action, make, norm_path, read_action, to_int)
-from harness.calls.shellmap import command_kind, map_pipeline, map_simple, readonly
+from harness.calls.runners import respell
+from harness.calls.shellmap import command_kind, git_read, map_pipeline, map_simple, readonly, strip_assignments
 from tools import TOOL_EFFECTS, Effect
 
 __all__ = ["Action", "canonical", "canonical_bash", "make", "norm_path", "normalize_command", "read_action"]
@@ -42,7 +46,7 @@ def canonical(name: str, arguments: dict[str, Any], root: str = "") -> Action:
     if name == "run_tests":
         command = args.get("command")
         if isinstance(command, str) or not command:
-            command = normalize_command(command) if command else None
+            command = normalize_command(command, root) if command else None
         return make("run_tests", {"command": command}, TEST)  # a command of another type keeps its own key
     if name == "finish":
         return make("finish", {}, FINISH)
@@ -52,7 +56,10 @@ def canonical(name: str, arguments: dict[str, Any], root: str = "") -> Action:
         if name == "list_files" and clean.get("depth") is not None:
             clean["depth"] = to_int(clean["depth"])
         return make(name, clean, TOOL_KINDS.get(name) or foreign_kind(name))
-    return make(name, {k: v for k, v in sorted(args.items())}, foreign_kind(name), Effect.UNKNOWN)
+    # Another agent's tool (Claude Code's Glob): a path under the working directory is relative, as in Tao's.
+    foreign = {k: (norm_path(v, root) or None) if isinstance(v, str) and _under(v, root) else v
+               for k, v in sorted(args.items())}
+    return make(name, foreign, foreign_kind(name), Effect.UNKNOWN)
 
 
 # Words in the names of other agents' tools, and the kind of call they make (SWE-agent's `edit`, `goto`,
@@ -83,8 +90,9 @@ def canonical_bash(command: str, root: str = "") -> Action:
     try:
         commands = shellwords.parse(command)
     except shellwords.ShellSyntax:
-        return make("bash", {"command": " ".join(command.split())}, _guess_kind(command), Effect.MUTATING)
-    commands = _drop_root_cd(commands, root)
+        return make("bash", {"command": _relative_text(" ".join(command.split()), root)}, _guess_kind(command),
+                    Effect.MUTATING)
+    commands = [_respelled(c, root) for c in _drop_root_cd(commands, root)]
     if not commands:
         return make("bash", {"command": ""}, SHELL, Effect.SANDBOXED)
     structured = _structured(commands, root)
@@ -93,17 +101,86 @@ def canonical_bash(command: str, root: str = "") -> Action:
     kinds = _kinds(commands)
     kind = WRITE_RUN if WRITE in kinds and (TEST in kinds or SCRIPT in kinds) else next(
         (k for k in _PRIORITY if k in kinds), SHELL)
-    effect = (Effect.SANDBOXED if all(readonly(c) or command_kind(c) in (TEST, SCRIPT) for c in commands)
-              else Effect.MUTATING)
+    if _git_reads(commands):
+        effect = Effect.PURE
+    elif all(readonly(c) or command_kind(c) in (TEST, SCRIPT) for c in commands):
+        effect = Effect.SANDBOXED
+    else:
+        effect = Effect.MUTATING
     return make("bash", {"command": shellwords.render(commands)}, kind, effect)
 
 
-def normalize_command(command: str) -> str:
+def normalize_command(command: str, root: str = "") -> str:
     """A shell command in canonical spelling (as written when this reader cannot follow it)."""
     try:
-        return shellwords.render(shellwords.parse(command))
+        return shellwords.render([_respelled(c, root) for c in _drop_root_cd(shellwords.parse(command), root)])
     except shellwords.ShellSyntax:
-        return " ".join(command.split())
+        return _relative_text(" ".join(command.split()), root)
+
+
+def _relative_text(text: str, root: str) -> str:
+    """A command this reader cannot follow with the working directory's paths relative all the same, as text:
+    `/home/u/proj/src/a.go` is `src/a.go`, the directory itself `.`."""
+    root = root.rstrip("/")
+    if not root or root not in text:
+        return text
+    inside_or_itself = re.escape(root) + r"(?:(/)(?=[^\s/;&|)'\"])|/?(?![\w./-]))"  # `root/x`, or `root` alone
+    return re.sub(inside_or_itself, lambda m: "" if m.group(1) else ".", text)
+
+
+def _respelled(command: shellwords.Command, root: str) -> shellwords.Command:
+    """A command with one spelling for what does not matter: paths under the session's working directory
+    relative to it (`/home/u/proj/src/a.ts` is `src/a.ts`, the directory itself `.`; other absolute paths
+    stay; a program run by its path is `./bin/x`, as typed when relative), and a package manager's test script
+    as `npm test` (see runners.respell)."""
+    words = [_relative_word(w, root) for w in command.words]
+    argv = [w.value for w in words]
+    skip = len(argv) - len(strip_assignments(command))
+    if skip < len(words) and words[skip] is not command.words[skip] and not argv[skip].startswith("."):
+        argv[skip] = f"./{argv[skip]}"
+        words[skip] = shellwords.Word(argv[skip], argv[skip])
+    spelled = argv[:skip] + respell(argv[skip:])
+    if spelled != argv:  # `npm run test` or `npm t` as `npm test`; the words after it keep their own spelling
+        dropped = len(argv) - len(spelled)
+        words = [*words[:skip + 1], shellwords.Word("test", "test"), *words[skip + 2 + dropped:]]
+    redirects = [shellwords.Redirect(r.op, norm_path(r.target, root) or ".")
+                 if r.body is None and _under(r.target, root) else r for r in command.redirects]
+    if words == command.words and redirects == command.redirects:
+        return command
+    return shellwords.Command(words, redirects, command.joiner)
+
+
+def _under(path: str, root: str) -> bool:
+    """Whether a path is the working directory or inside it (root given, absolute, not `/`)."""
+    root = root.rstrip("/")
+    if not root or not path.startswith(root):
+        return False
+    path = posixpath.normpath(path)
+    return path == root or path.startswith(root + "/")
+
+
+def _relative_word(word: shellwords.Word, root: str) -> shellwords.Word:
+    """A word naming a path under the working directory, relative to it (`--out=/root/x` too)."""
+    if word.expands or not root:
+        return word
+    head, eq, tail = word.value.partition("=") if word.value.startswith("-") else ("", "", word.value)
+    if not _under(tail, root):
+        return word
+    value = head + eq + (norm_path(tail, root) or ".")
+    return shellwords.Word(value, value)
+
+
+def _git_reads(commands: list[shellwords.Command]) -> bool:
+    """Git reads (`git status`, `git diff`, `git log -n 5 | head`): pure, as they read the repository only.
+
+    Each command is a git read, or a read-only filter of the one before it (after a `|`)."""
+    for index, command in enumerate(commands):
+        piped = index > 0 and commands[index - 1].joiner == "|"
+        argv = strip_assignments(command)
+        if not (argv and posixpath.basename(argv[0]) == "git" and git_read(argv) and readonly(command)) and not (
+                piped and readonly(command)):
+            return False
+    return bool(commands)
 
 
 def _structured(commands: list[shellwords.Command], root: str) -> Action | None:

@@ -2,9 +2,10 @@
 
 `map_simple` and `map_pipeline` return an `Action` for the commands that are really a file read
 (`cat`, `nl -ba`, `sed -n 'a,bp'`, `head`), a search (`grep` with flags that only change the output
-format), a directory listing (`ls`), a test run (`pytest ...`) or a file write (a here-document into a
-file); None otherwise. `command_kind` names what any command does and `readonly` says whether it
-leaves the workspace as it was.
+format), a directory listing (`ls`), a test or build run (`pytest ...`, `go test ./...`, `npm test`: see
+`runners`) or a file write (a here-document into a file); None otherwise. `command_kind` names what any
+command does, `readonly` says whether it leaves the workspace as it was, and `git_read` whether a git
+command only reads the repository.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 
 from harness.calls.action import (CLEANUP, EDIT, GIT, INSTALL, LIST, READ, SCRIPT, SEARCH, SHELL, TEST,
                                         VIEW, WRITE, Action, make, norm_path, read_action)
+from harness.calls.runners import is_test_run
 from harness.calls.shellwords import Command, Redirect
 
 _SED_RANGE = re.compile(r"^(\d+)(?:,(\d+|\$))?p$")
@@ -26,9 +28,9 @@ _READONLY = {"cat", "nl", "head", "tail", "sed", "grep", "egrep", "fgrep", "rg",
              "tree", "cd", "export", "true", "false", "sleep", "du", "df", "basename", "dirname", "xargs",
              "column", "od", "xxd", "md5sum", "realpath", "readlink", "jq", "less", "more", "cmp", "test", "["}
 _GIT_READONLY = {"diff", "status", "log", "show", "blame", "grep", "ls-files", "rev-parse", "branch",
-                 "describe", "shortlog"}
-_TEST_RUNNERS = {"pytest", "py.test", "tox", "nosetests", "nox", "trial"}
-_TEST_MODULES = {"pytest", "unittest", "nose", "tox", "doctest"}
+                 "describe", "shortlog", "ls-tree", "cat-file", "rev-list", "reflog", "stash", "tag"}
+_GIT_LISTINGS = {"branch", "tag", "reflog", "stash"}  # read only when they list (`git stash list`, bare `git tag`)
+_GIT_VALUE_OPTIONS = {"-C", "-c", "--git-dir", "--work-tree"}  # git's own options that take the next word
 _LINT_TOOLS = {"pylint", "flake8", "mypy", "black", "ruff", "sphinx-build", "make", "pyright", "isort"}
 _INSTALLERS = {"pip", "pip3", "conda", "apt", "apt-get", "uv", "poetry", "npm", "yarn"}
 _EDITORS = {"patch", "ed", "ex"}
@@ -111,8 +113,10 @@ def command_kind(command: Command) -> str | None:
         return WRITE
     if name in _NEUTRAL:
         return None
-    if _is_test(argv):
+    if is_test_run(argv):
         return TEST
+    if name in ("go", "cargo") and argv[1:2] == ["run"]:  # a program run from its source, as `python x.py`
+        return SCRIPT
     simple = _SIMPLE_KINDS.get(name)
     if simple:
         return simple
@@ -153,7 +157,7 @@ def readonly(command: Command) -> bool:
     if name == "find":
         return not any(a in ("-delete", "-exec", "-execdir", "-fprint", "-ok") for a in argv)
     if name == "git":
-        return len(argv) > 1 and argv[1] in _GIT_READONLY and not (argv[1] == "branch" and len(argv) > 2)
+        return git_read(argv)
     if name in ("sort", "uniq"):
         return not any(a.startswith(("-o", "--output")) for a in argv) and len(
             [a for a in argv[1:] if not a.startswith("-")]) <= 1
@@ -163,18 +167,24 @@ def readonly(command: Command) -> bool:
     return True
 
 
-def _is_test(argv: list[str]) -> bool:
-    name = posixpath.basename(argv[0])
-    if name in _TEST_RUNNERS or name == "runtests.py" or argv[0].rstrip("/").endswith("bin/test"):
-        return True
-    if name.startswith("python"):
-        args = argv[1:]
-        if args[:1] == ["-m"] and len(args) > 1:
-            return args[1] in _TEST_MODULES
-        script = next((a for a in args if not a.startswith("-")), "")
-        return posixpath.basename(script) == "runtests.py" or (
-            posixpath.basename(script) in ("setup.py", "manage.py") and "test" in args)
-    return False
+def git_read(argv: list[str]) -> bool:
+    """Whether a git command only reads the repository (`git status`, `git diff f`, `git log -n 5`, `git show`),
+    its own options (`--no-pager`, `-C dir`) allowed; `--output` (a file written) or a listing command given
+    arguments (`git branch new`, `git stash pop`) is not a read."""
+    index = 1
+    while index < len(argv) and argv[index].startswith("-"):
+        index += 2 if argv[index] in _GIT_VALUE_OPTIONS else 1
+    if index >= len(argv) or argv[index] not in _GIT_READONLY:
+        return False
+    sub, rest = argv[index], argv[index + 1:]
+    if any(a.startswith(("--output", "-o")) and sub != "grep" for a in rest):
+        return False
+    if sub in _GIT_LISTINGS:
+        if sub in ("stash", "reflog") and rest:
+            return rest[0] in ("list", "show")
+        listing = all(a.startswith("-") for a in rest) and not {"-d", "-D", "-m", "-M", "-f"} & set(rest)
+        return sub != "stash" and listing
+    return True
 
 
 def _is_heredoc_write(command: Command, name: str) -> bool:
@@ -333,5 +343,5 @@ def _ls(argv: list[str], root: str) -> Action | None:
     longs = [a for a in argv[1:] if a.startswith("--")]
     if len(paths) > 1 or not set(flags) <= _LS_FLAGS or any(a != "--color=never" for a in longs):
         return None
-    return make("list_files", {"path": norm_path(paths[0], root) if paths else None, "depth": 1}, LIST)
+    return make("list_files", {"path": norm_path(paths[0], root) or None if paths else None, "depth": 1}, LIST)
 

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 
 from harness.bench.replay.trace import CallInfo, Trace, hit, runnable
 from harness.bench.timeline import Launch, Miss, Plan
-from harness.calls.action import changes_workspace
+from harness.calls.action import TEST, changes_workspace
 from harness.speculation.prediction.patterns import Candidate
 from harness.speculation.prediction.prefix import agrees, first_value
 from harness.speculation.prediction.rehearsal import PREFIX_CHARS
 from harness.speculation.running.scheduler import Budget
 from tools.base import Effect
+from tools.masking import mask_run
 
 POLICIES = ("baseline", "tao", "paste", "spork", "aospec", "oracle", "oracle_obs", "oracle_speculable")
 SINGLE = ("paste", "spork", "aospec")
@@ -170,4 +171,7 @@ def _warm(info: CallInfo, launch: Launch, policy: str, last: dict[str, str]) -> 
         return ""
     if mode == "sandboxed" and info.action.effect != Effect.SANDBOXED:
         return ""
-    return "warm" if last[info.action.key] == info.output else ""
+    before, now = last[info.action.key], info.output
+    if info.action.kind == TEST:  # as Tao's run_tests shows them: durations, temp paths, pids masked
+        before, now = mask_run(before), mask_run(now)
+    return "warm" if before == now else ""

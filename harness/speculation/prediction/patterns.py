@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.events import Event, SessionStart, ToolCall, ToolResult
-from harness.speculation.prediction import dataflow, reasoning, testruns
+from harness.speculation.prediction import dataflow, gitreads, reasoning, testruns
 from harness.calls.action import KINDS, Action
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.controlflow import START, KindModel, contexts
@@ -147,6 +147,7 @@ class Analyzer:
             dataflow.task_paths(state, pool)
             dataflow.continue_view(state, pool)
             testruns.propose(state, pool, model.test_runners, model.interpreter)
+            gitreads.propose(state, pool)
             dataflow.list_dirs(state, pool)
             dataflow.cleanup(state, pool)
             dataflow.habits(pool, self._habits())

@@ -23,6 +23,7 @@ from harness.calls.action import (CLEANUP, EDIT, LIST, READ, SCRIPT, SEARCH, SHE
                                         Action, changes_workspace, norm_path)
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.extract import blank_long_runs, path_mentions
+from harness.calls.runners import file_language, is_test_file, runner_length
 from harness.calls.shellmap import command_kind
 
 _NUMBERED = re.compile(r"(?m)^\s*\d+(?:\t|: |\| |\u2192)")
@@ -225,7 +226,8 @@ class SessionState:
                 if runner in self.test_prefixes:
                     self.test_prefixes.remove(runner)
                 self.test_prefixes.append(runner)
-                self.dotted[runner] = "/" not in target and not target.endswith(".py")
+                self.dotted[runner] = ("/" not in target and not target.endswith(".py")
+                                       and not runner_length(runner.split()))  # other ecosystems: paths or names
                 self.last_test = (runner, command[len(runner):].strip(), len(self.steps) - 1)
 
     def _listed(self, entries: list[str], event: ToolResult) -> None:
@@ -447,7 +449,9 @@ def removed_paths(action: Action) -> list[str]:
     return [w for w in command.split()[1:] if not w.startswith("-")]
 
 
-_VALUE_FLAGS = frozenset({"-p", "-k", "-m", "-W", "-o", "-c", "-n", "--rootdir", "--ignore", "--deselect"})
+# Options whose value is the next word: pytest's (`-k expr`), and other runners' test-name filters (`go test -run X`).
+_VALUE_FLAGS = frozenset({"-p", "-k", "-m", "-W", "-o", "-c", "-n", "--rootdir", "--ignore", "--deselect",
+                          "-run", "-t", "--testNamePattern", "-e", "--example"})
 
 
 def split_test(command: str) -> tuple[str, str | None]:
@@ -462,10 +466,14 @@ def split_test(command: str) -> tuple[str, str | None]:
     if len(commands) > 1 and command_kind(commands[0]) != TEST:
         return command, None
     words = command.split()
+    start = runner_length(words)  # `go test`, `npx jest`, `npm test --`: the words that name another runner
+    if start and file_language(words) is None:
+        return command, None  # `cargo test x` filters by name, `make test` names a goal: no file targets
     for index, word in enumerate(words[1:], 1):
-        if words[index - 1] in _VALUE_FLAGS and index > 1:
+        if index < start or (words[index - 1] in _VALUE_FLAGS and index > 1):
             continue  # `-p no:cacheprovider`, `-k expr`: the option's value, not a target
-        if word.startswith("-") or word in ("pytest", "unittest") or "runtests" in word or word.endswith("bin/test"):
+        if word.startswith("-") or (not start and (word in ("pytest", "unittest") or "runtests" in word
+                                                   or word.endswith("bin/test"))):
             continue
         if posixpath.basename(word).startswith("python") or "=" in word:
             continue
@@ -494,7 +502,4 @@ def _in_tests(path: str) -> bool:
     return len(parts) > 1 and any(part.startswith("test") for part in parts[:-1]) or parts[-1] == "tests"
 
 
-def is_test_file(path: str) -> bool:
-    """Whether a path names a Python test module (`test_x.py`, `x_test.py`, `tests.py`)."""
-    name = posixpath.basename(path)
-    return name.endswith(".py") and (name.startswith("test") or name.endswith("_test.py"))
+

@@ -1,14 +1,15 @@
 """Test-run rules: which test command comes next, from the runners known and the targets in sight.
 
-A test command is a runner (`pytest`, `python3 tests/runtests.py`, `bin/test`) and targets. Runners come
-from the session (the ones it used, latest first) and from the learned model (the runners many sessions
-use, with the agent's interpreter filled in), the latter only when the runner's own script has been seen
-in this session (in a listing, an output or a command) or its folder has (and no listing of that folder
-left the script out). A session that offers Tao's run_tests tool is
-taken to prefer the command its description shows over every learned runner. A runner names its targets as paths
-(`tests/test_x.py`) or as dotted labels relative to its folder (`migrations.test_x`). Targets: the test
-files and folders just seen or listed, the last run's targets (with another runner, as agents do when a
-runner is missing, and widened to the enclosing folder or package), and the test files just written.
+A test command is a runner (`pytest`, `python3 tests/runtests.py`, `bin/test`, `go test`, `npx jest`) and
+targets. Runners come from the session (the ones it used, latest first) and from the learned model (the
+runners many sessions use, with the agent's interpreter filled in), the latter only when the runner's own
+script has been seen in this session (in a listing, an output or a command) or its folder has (and no
+listing of that folder left the script out). A session that offers Tao's run_tests tool is taken to prefer
+the command its description shows over every learned runner. A runner names its targets as paths
+(`tests/test_x.py`; `go test` names a file's package, `./pkg`), as dotted labels relative to its folder
+(`migrations.test_x`), or not at all (`cargo test` filters by test name). Targets: the test files and
+folders just seen or listed, the last run's targets (with another runner, as agents do when a runner is
+missing, and widened to the enclosing folder or package), and the test files just written.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import posixpath
 from dataclasses import dataclass
 
 from harness.calls.action import TEST, make
+from harness.calls.runners import file_target
 from harness.calls.canonical import canonical_bash
 from harness.speculation.prediction.dataflow import Pool
 from harness.speculation.prediction.state import SessionState, is_test_file
@@ -87,9 +89,10 @@ def _folder_seen(state: SessionState, folder: str) -> bool:
 
 
 def label(runner: Runner, path: str) -> str | None:
-    """How `runner` names the test file or folder `path`: the path, or a label relative to its folder."""
+    """How `runner` names the test file or folder `path`: the path (`go test`: its package), a label relative to
+    its folder, or None when the runner takes no such target (`pytest a.test.ts`, `cargo test`)."""
     if not runner.dotted:
-        return path
+        return file_target(runner.command, path)
     script = script_of(runner.command)
     folder = posixpath.dirname(script) if script else ""
     if folder and not path.startswith(folder + "/"):
