@@ -286,6 +286,7 @@ class Session(BetweenTurns):
         """Run a group of calls authoritatively (one call, or pure calls side by side: harness.together) and
         feed their observations back to the model in the order it wrote them."""
         self.workspace.refresh()  # count edits made behind Tao's back before these calls, not during them
+        self.hints.group(len(group) > 1)
         for call, error in group:
             if error is None:  # a malformed native call runs nothing; it is only answered
                 self.emit(ToolCall(self.now(), self.steps, call.call_id, call.name, call.arguments,

@@ -49,7 +49,12 @@ class Rendezvous:
         process = await asyncio.create_subprocess_exec(
             "sh", "-c", WAIT, "sh", str(self.folder / args["mine"]), str(self.folder / args["theirs"]),
             stdout=asyncio.subprocess.PIPE)
-        out, _ = await process.communicate()
+        try:
+            out, _ = await process.communicate()
+        except asyncio.CancelledError:
+            process.kill()  # stopped with its turn: leave no waiting shell behind
+            await process.wait()
+            raise
         met = process.returncode == 0
         return Observation(out.decode() if met else f"{args['mine']} waited alone", is_error=not met)
 
@@ -155,6 +160,28 @@ async def test_each_call_of_a_turn_is_served_by_its_own_speculation(tmp_path: Pa
     plain: list[Event] = []
     await session(repo, [Turn(answer), Turn(FINISH)], plain).run()
     assert [r.output for r in of(events, ToolResult)] == [r.output for r in of(plain, ToolResult)]
+
+
+async def test_an_interrupt_keeps_the_result_of_a_call_that_ended_beside_one_still_running(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    (meet := tmp_path / "meet").mkdir()
+    answer = text_call("read_file", path="calc/ops.py") + text_call("rendezvous", mine="a", theirs="never")
+    events: list[Event] = []
+    run = session(repo, [Turn(answer), Turn(FINISH)], events, [*default_tools(), Rendezvous(meet)],
+                  interactive=True)
+    running = asyncio.create_task(run.run())
+    for _ in range(3000):  # the read has ended and the rendezvous waits (a hang fails here, not forever)
+        if "call_1_0" in run._ran and (meet / "a").exists():
+            break
+        await asyncio.sleep(0.01)
+    assert run.interrupt()
+    while not any(e.type == "turn_end" for e in events):
+        await asyncio.sleep(0.01)
+    run.stop()
+    await running
+    read, waiting = of(events, ToolResult)
+    assert read.call_id == "call_1_0" and "def add" in read.output and not read.is_error
+    assert waiting.call_id == "call_1_1" and waiting.output == "[interrupted by the user]"
 
 
 def test_consecutive_pure_calls_form_a_group_and_every_other_call_stands_alone() -> None:
