@@ -300,21 +300,23 @@ class Session(BetweenTurns):
 
     async def perform(self, call: protocol.ParsedCall, error: str | None) -> tuple[Observation, float]:
         """One call's observation and the seconds it took; it is kept for the call until it is answered."""
-        started = time.monotonic()
         tool = self.tools.get(call.name)
         if error is not None:
-            observation = Observation(error, is_error=True)
+            observation, took = Observation(error, is_error=True), 0.0
         elif tool is None:
-            observation = Observation(f"Unknown tool '{protocol.printable(call.name)}'. Available tools: "
-                                      f"{', '.join(sorted(self.tools))}.", is_error=True)
+            observation, took = Observation(f"Unknown tool '{protocol.printable(call.name)}'. Available tools: "
+                                            f"{', '.join(sorted(self.tools))}.", is_error=True), 0.0
+        elif (refused := await self.refusal(call, tool)) is not None:
+            observation, took = refused, 0.0  # nothing ran
         else:
-            observation = await self.refusal(call, tool) or await self.execute(call, tool)
-        duration = 0.0 if error is not None else time.monotonic() - started
-        self._ran[call.call_id] = (observation, duration)
-        return observation, duration
+            observation, took = await self.execute(call, tool)
+        self._ran[call.call_id] = (observation, took)
+        return observation, took
 
-    async def execute(self, call: protocol.ParsedCall, tool: Tool) -> Observation:
-        """The call's observation: a promoted speculation's, or a real run's."""
+    async def execute(self, call: protocol.ParsedCall, tool: Tool) -> tuple[Observation, float]:
+        """The call's observation (a promoted speculation's, or a real run's) and the seconds it took, once any
+        approval was given: the duration its tool_result records and, after a real run, the hints' next estimate."""
+        started = time.monotonic()
         speculation, promoted = self.active_speculation, None
         ahead = None if speculation is None else self.guarded(
             "timing the call", lambda: speculation.head_start(call.name, call.arguments))
@@ -325,18 +327,17 @@ class Session(BetweenTurns):
             except Exception as exc:  # noqa: BLE001 - see speculation_failed
                 self.speculation_failed("taking a result", exc)
         warm = self.warm_up(call, tool) if promoted is None else None
-        observation = promoted
-        if observation is None:
-            ran = time.monotonic()
-            observation = await run_tool(tool, call.arguments, self.workspace)
-            self.hints.ran(call.name, call.arguments, time.monotonic() - ran)
+        observation = promoted if promoted is not None else await run_tool(tool, call.arguments, self.workspace)
         if warm is not None and self.observation is not None:
             self._provisional = await self.observation.settle(warm, observation.text)
         if tool.effect is Effect.MUTATING:
             self.workspace.bump()
         elif tool.effect is Effect.SANDBOXED:
             self.workspace.refresh()  # a test run may write files; the next results must see a new version
-        return observation
+        took = round(time.monotonic() - started, 6)
+        if promoted is None:  # a promoted call's wait is shortened by its head start: no estimate of a real run
+            self.hints.ran(call.name, call.arguments, took)
+        return observation, took
 
     def answer(self, call: protocol.ParsedCall, observation: Observation, duration: float) -> None:
         """Record a call's observation and feed it back to the model."""
