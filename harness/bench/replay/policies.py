@@ -81,7 +81,8 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
     last: dict[str, str] = {}  # key -> its last output
     out = []
     for step_calls in trace.calls:
-        launches, misses, warm = [], [], ""
+        launches, warm = [], ""
+        misses: list[Miss] = []
         spares: list[Spare] = []
         for info in step_calls:
             tally.calls += 1
