@@ -16,6 +16,7 @@ from harness.engine.recorded import ReplayEngine, Recording, Turn
 from harness.events import (Event, LLMEnd, SpecPromote, ToolCall, ToolResult, TrajectoryWriter, read_trajectory)
 from harness.protocol import ParsedCall
 from harness.session import Session
+from harness.speculation.prediction.state import SessionState
 from harness.together import groups
 from sandbox import Workspace, WorkspaceView
 from tests.helpers import make_calc_repo
@@ -219,3 +220,12 @@ async def test_the_tui_shows_every_call_of_a_turn_and_what_still_runs() -> None:
         assert shown == ["running read_file", "running 2 calls (read_file, grep)", "running grep", "working"]
         first, second = pane.query_one("#call-c1", CallEntry), pane.query_one("#call-c2", CallEntry)
         assert str(first.title).startswith("✔") and str(second.title).startswith("✘")
+
+
+def test_the_analyzer_gives_each_result_of_a_group_to_its_own_call() -> None:
+    state = SessionState()
+    state.observe(ToolCall(0.0, 1, "c1", "read_file", {"path": "a.py"}, "pure"))
+    state.observe(ToolCall(0.0, 1, "c2", "read_file", {"path": "b.py"}, "pure"))
+    state.observe(ToolResult(0.1, 1, "c1", "read_file", "1 | x = 1"))
+    state.observe(ToolResult(0.1, 1, "c2", "read_file", "Error: no such file", is_error=True))
+    assert [(step.call_id, step.ok) for step in state.steps] == [("c1", True), ("c2", False)]
