@@ -7,6 +7,9 @@ admitting another session.
     observation = await run_tool(...)
     hints.ran(call.name, call.arguments, seconds)        # the next estimate of this call
 
+Calls of one turn that run side by side (harness.together) form a group (`hints.group(True)` before it):
+each hint of a group says when the last of its calls should end, since the session is back only then.
+
 The expected duration is the time the same call took last in this session, else the latency model's figure
 for its kind (harness.speculation.prediction.latency), less the head start a speculation of the call already
 has. Hints are fire-and-forget: a slow or failed delivery never delays or breaks the tool.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -35,6 +39,8 @@ class ToolHints:
         self._root = root
         self._took: dict[str, float] = {}  # an action's key -> seconds its last real run took
         self._pending: set[asyncio.Task[None]] = set()
+        self._together = False  # the calls starting now run side by side
+        self._until = 0.0  # monotonic time the group's calls started so far should all have ended
 
     def expected(self, name: str, arguments: dict[str, Any]) -> float | None:
         """Seconds the call should take: its last run's time in this session, else its kind's modelled latency."""
@@ -44,14 +50,23 @@ class ToolHints:
             return None
         return modelled_latency(action, self._took.get(action.key, 0.0))
 
+    def group(self, side_by_side: bool) -> None:
+        """A group of calls begins: one call alone, or (`side_by_side`) several running at once."""
+        self._together, self._until = side_by_side, 0.0
+
     def started(self, name: str, arguments: dict[str, Any], head_start: float | None = None) -> None:
         """The call starts now (`head_start`: seconds a speculation of it already ran): send the hint in the
-        background, kept referenced until it is delivered or fails."""
+        background, kept referenced until it is delivered or fails. Within a group, the hint is the time until
+        the slowest call started so far should end."""
         if self._send is None:
             return
         expected = self.expected(name, arguments)
         if expected is not None and head_start is not None:
             expected = max(0.0, expected - head_start)
+        if expected is not None and self._together:
+            now = time.monotonic()
+            self._until = max(self._until, now + expected)
+            expected = self._until - now
         task = asyncio.get_running_loop().create_task(self._deliver(self._send, expected))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)

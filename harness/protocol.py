@@ -30,17 +30,19 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 SYSTEM_TEMPLATE = """\
 You are Tao, a careful coding agent. You work in the repository at {root}.
-Solve the user's task by calling tools, one call per reply, and read each result before the next call.
+Solve the user's task by calling tools. Read a result before a call that depends on it; calls that do not
+depend on each other (reading several files, searching) go together in one reply, which is faster.
 
 # Tools
 Each tool is described by a JSON object: its name, what it does, and a JSON schema of its arguments.
 {tools}
 
 # How to call a tool
-First think in a few short sentences about what to do next. Then write exactly one call:
+First think in a few short sentences about what to do next. Then write the call:
 <tool_call>{{"name": "list_files", "arguments": {{"path": "."}}}}</tool_call>
-The text inside the tags must be a JSON object with "name" and "arguments". Stop after the call; the
-result comes back in a <tool_result> message.
+The text inside the tags must be a JSON object with "name" and "arguments". For independent calls, write
+one <tool_call> block after another. Stop after the last call; each result comes back in a <tool_result>
+message, in the order of the calls.
 When the task is done, call finish with a short summary of what you changed and why."""
 
 FORMAT_REMINDER = (
@@ -369,8 +371,10 @@ def render_system_prompt(tool_specs: list[dict[str, Any]], root: str, native_too
     `instructions` (harness.context.project_instructions) follow it; without them the prompt is unchanged."""
     if native_tools:
         prompt = (f"You are Tao, a careful coding agent. You work in the repository at {root}.\n"
-                  "Solve the user's task with the tools, one call at a time. When the task is done, "
-                  "call finish with a short summary of what you changed and why.")
+                  "Solve the user's task with the tools. Read a result before a call that depends on it; make "
+                  "calls that do not depend on each other (reading several files, searching) together in one "
+                  "turn, which is faster. When the task is done, call finish with a short summary of what you "
+                  "changed and why.")
     else:
         lines = "\n".join(json.dumps(spec["function"], ensure_ascii=False) for spec in tool_specs)
         prompt = SYSTEM_TEMPLATE.format(root=root, tools=lines)

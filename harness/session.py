@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, UTC
 from typing import Any, TypeVar
 
-from harness import context, protocol
+from harness import context, protocol, together
 from harness.approval import ApprovalPolicy, request_for
 from harness.between import BetweenTurns
 from harness.engine.api import Chunk, Engine, LLMRequest, Usage, for_session, rename_session
@@ -116,6 +116,7 @@ class Session(BetweenTurns):
         self._turn_start = 0  # steps taken before the current user message
         self._step_task: asyncio.Task[None] | None = None
         self._open: list[protocol.ParsedCall] = []  # calls of the last answer that have no result yet
+        self._ran: dict[str, tuple[Observation, float]] = {}  # open calls whose run ended, by id: their results
         self._request_id = ""
         self.between_turns(task)
         self.window = context.window_of(engine)  # tokens; None when the engine does not know it
@@ -200,11 +201,10 @@ class Session(BetweenTurns):
         self._open = [call for call, _ in calls]
         if not calls and not told:
             told = [protocol.FORMAT_REMINDER]
-        for call, error in calls:
-            if error is None:
-                await self.act(call)
-            else:  # a malformed native call: it has an id, and every id must be answered
-                self.answer(call, Observation(error, is_error=True), 0.0)
+        if (speculation := self.active_speculation) is not None:  # each call of the turn may be served by one
+            self.guarded("expecting", lambda: speculation.expect([call for call, error in calls if error is None]))
+        for group in together.groups(calls, self.effect_of):
+            await self.act(group)
         if told:
             self.tell("\n".join(told))
 
@@ -277,23 +277,41 @@ class Session(BetweenTurns):
         self.emit(event)
         return event
 
-    async def act(self, call: protocol.ParsedCall) -> Observation:
-        """Run one call authoritatively and feed its observation back to the model."""
+    def effect_of(self, name: str) -> Effect:
+        """The effect class of a call of tool `name` (unknown for a tool this session does not have)."""
+        tool = self.tools.get(name)
+        return tool.effect if tool is not None else Effect.UNKNOWN
+
+    async def act(self, group: list[together.Entry]) -> list[Observation]:
+        """Run a group of calls authoritatively (one call, or pure calls side by side: harness.together) and
+        feed their observations back to the model in the order it wrote them."""
+        self.workspace.refresh()  # count edits made behind Tao's back before these calls, not during them
+        self.hints.group(len(group) > 1)
+        for call, error in group:
+            if error is None:  # a malformed native call runs nothing; it is only answered
+                self.emit(ToolCall(self.now(), self.steps, call.call_id, call.name, call.arguments,
+                                   self.effect_of(call.name).value))
+                if call.name == "finish":
+                    raise Finished(str(call.arguments.get("summary", "")))
+        ran = await together.all_at_once([self.perform(call, error) for call, error in group])
+        for (call, _), (observation, duration) in zip(group, ran):
+            self.answer(call, observation, duration)
+        return [observation for observation, _ in ran]
+
+    async def perform(self, call: protocol.ParsedCall, error: str | None) -> tuple[Observation, float]:
+        """One call's observation and the seconds it took; it is kept for the call until it is answered."""
         tool = self.tools.get(call.name)
-        effect = (tool.effect if tool else Effect.UNKNOWN).value
-        self.workspace.refresh()  # count edits made behind Tao's back before this call, not during it
-        self.emit(ToolCall(self.now(), self.steps, call.call_id, call.name, call.arguments, effect))
-        if call.name == "finish":
-            raise Finished(str(call.arguments.get("summary", "")))
-        if tool is None:
+        if error is not None:
+            observation, took = Observation(error, is_error=True), 0.0
+        elif tool is None:
             observation, took = Observation(f"Unknown tool '{protocol.printable(call.name)}'. Available tools: "
                                             f"{', '.join(sorted(self.tools))}.", is_error=True), 0.0
         elif (refused := await self.refusal(call, tool)) is not None:
             observation, took = refused, 0.0  # nothing ran
         else:
             observation, took = await self.execute(call, tool)
-        self.answer(call, observation, took)
-        return observation
+        self._ran[call.call_id] = (observation, took)
+        return observation, took
 
     async def execute(self, call: protocol.ParsedCall, tool: Tool) -> tuple[Observation, float]:
         """The call's observation (a promoted speculation's, or a real run's) and the seconds it took, once any
@@ -328,6 +346,7 @@ class Session(BetweenTurns):
                              self.workspace.version, round(duration, 6)))
         self.messages.append(protocol.result_message(call, observation.text, self.engine.native_tools))
         self.workspace.note_seen(observation.data.get("path"), observation.data.get("digest"))  # edit_file's ledger
+        self._ran.pop(call.call_id, None)
         if call in self._open:
             self._open.remove(call)
 
@@ -510,7 +529,7 @@ class Session(BetweenTurns):
         for call in list(self._open):  # a finish call (and any after it): native tools want every call answered
             if self.engine.native_tools:
                 self.answer(call, Observation("(the user replied)"), 0.0)
-        self._open = []
+        self._open, self._ran = [], {}
         self.emit(UserMessage(self.now(), text))
         self.messages.append({"role": "user", "content": text})
         self.attach(text)
@@ -539,8 +558,9 @@ class Session(BetweenTurns):
             # A stopped call may have left the tree half changed, and its "result" must never be served
             # as a real run's at this version: count a new version.
             self.workspace.bump()
-        for call in list(self._open):
-            self.answer(call, Observation("[interrupted by the user]", is_error=True), 0.0)
+        for call in list(self._open):  # a call that ended beside one still running keeps its result
+            self.answer(call, *self._ran.get(call.call_id, (Observation("[interrupted by the user]", is_error=True),
+                                                           0.0)))
         if self.speculation is not None and not self._speculation_broke:
             self.guarded("discarding", lambda: self.speculation.discard_all(DiscardReason.INTERRUPTED))  # type: ignore[union-attr]
         if self.observation is not None:

@@ -194,3 +194,49 @@ def test_the_plot_says_so_when_matplotlib_is_missing(tmp_path: Path, monkeypatch
     message = plot({"tpot_ms": {}, "test_sessions": 0}, tmp_path / "x.png")
     assert message is not None and "matplotlib is not installed" in message
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_turn_of_parallel_reads_waits_for_the_slowest_read_not_their_sum() -> None:
+    builder = SessionBuilder("together", "fix the bug", "/repo", "tao")
+    builder.turn("Three reads, then an edit, then a read of what it wrote.", output_tokens=60)
+    for path, seconds in (("a.py", 0.5), ("b.py", 1.5), ("c.py", 1.0)):
+        builder.result(builder.call("read_file", {"path": path}), "x = 1\n", duration=seconds)
+    builder.result(builder.call("write_file", {"path": "d.py", "content": "y = 2\n"}), "wrote", duration=0.25)
+    builder.result(builder.call("read_file", {"path": "d.py"}), "y = 2\n", duration=0.5)
+    events = builder.end("finished", "").events
+    trace = build("together", events)
+    [step] = trace.steps
+    assert step.runs() == [[0, 1, 2], [3], [4]]
+    line = simulate(trace.steps, plans(trace, "baseline")[0], TPOT, TPS)
+    assert line.tool_wait == pytest.approx(1.5 + 0.25 + 0.5)  # the slowest read, then the write, then its read
+    assert Step(0, 0, calls=(0.5, 1.5)).runs() == [[0], [1]]  # no groups given: one call after the other
+
+
+class ReadsAnalyzer:
+    """Proposes reads of two files at every moment (this test is about serving a turn's calls)."""
+
+    def __init__(self, *paths: str) -> None:
+        self.candidates = []
+        for path in paths:
+            action = canonical("read_file", {"path": path}, "/repo")
+            self.candidates.append(Candidate("read_file", {"path": path}, action.key, action.kind, action.effect,
+                                             0.9, 0.5, 0.1, 0.4, "reads"))
+
+    def observe(self, event: Any) -> None:
+        pass
+
+    def predict(self, moment: str = "a", partial: Any = None, k: int = 3, order: str = "utility") -> list[Candidate]:
+        return list(self.candidates)
+
+
+def test_each_read_of_a_turn_is_served_by_a_speculation_launched_for_the_turn() -> None:
+    builder = SessionBuilder("reads", "fix the bug", "/repo", "tao")
+    builder.turn("Two reads.", output_tokens=60)
+    for path in ("a.py", "b.py", "c.py"):
+        builder.result(builder.call("read_file", {"path": path}), "x = 1\n", duration=0.5)
+    events = builder.end("finished", "").events
+    trace = build("reads", events)
+    decide(trace, ReadsAnalyzer("a.py", "b.py"), events)  # type: ignore[arg-type]
+    tao, tally = plans(trace, "tao")
+    assert [launch.at for launch in tao[0].launches] == ["a", "a", None]  # c.py was never predicted
+    assert not tao[0].misses and tally.served == 2

@@ -202,6 +202,13 @@ async def test_a_calls_expected_duration_is_its_last_run_less_a_speculations_hea
     for _ in range(10):  # the hints go out in the background
         await asyncio.sleep(0)
     assert sent == [modelled_latency(canonical(*call)), 2.0, 1.5, 0.0]
+    sent.clear()
+    hints.group(True)  # calls side by side: each hint is the time until the slowest started so far should end
+    hints.started(*call)
+    hints.started(*call, head_start=1.5)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert sent[0] == 2.0 and 0.5 < sent[1] <= 2.0  # alone, the second would be 0.5
     failing = ToolHints(type("Engine", (), {"tool_started": staticmethod(_fails)})(), "/repo")
     failing.started(*call)  # a hint that cannot be delivered is dropped without a word to the tool
     await asyncio.sleep(0)

@@ -106,7 +106,7 @@ async def act(session: Session, call: Call, call_id: str, step: int, places: Pla
     """One call as the session makes it: promoted, answered from the repeat cache, or run for real."""
     session.steps = step
     parsed = ParsedCall(call_id, call.name, places.fill(call.arguments))
-    observation = await tao(f"{label_of(call, call_id)}", session.act(parsed))
+    [observation] = await tao(f"{label_of(call, call_id)}", session.act([(parsed, None)]))
     return label_of(call, call_id), (observation.text, observation.is_error, observation.exit_code,
                                      observation.truncated_chars)
 

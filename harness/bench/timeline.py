@@ -1,7 +1,9 @@
 """The timeline arithmetic of the trace replay: when each step's model call and tools end under a plan.
 
 One trajectory is a list of `Step`s. A step is one model call (prefill of its new prompt tokens, then
-its output tokens one `tpot` apiece) followed by its tool calls, run one after the other. A `Plan`
+its output tokens one `tpot` apiece) followed by its tool calls, run one after the other, but for the calls
+of one group, which run side by side as Tao's loop runs a turn's neighbouring pure calls (harness.together)
+and end with the slowest of them. A `Plan`
 says, per step, how each call was served (`Launch`): run when the model asks for it (`at=None`), taken
 from a speculation started at moment (a) the previous observation arrived / the model call started,
 (b) the reasoning has streamed, (c) the call's name and first characters have streamed, (o) the oracle's
@@ -33,6 +35,19 @@ class Step:
     """Further output tokens until the call's name and first characters are known: moment (c)."""
     calls: tuple[float, ...] = ()
     """Seconds each tool call takes when it runs."""
+    groups: tuple[int, ...] = ()
+    """Each call's group: neighbouring calls of the same group start together (none given: one at a time)."""
+
+    def runs(self) -> list[list[int]]:
+        """The indices of the calls, cut into the groups that run side by side, in order."""
+        out: list[list[int]] = []
+        for index in range(len(self.calls)):
+            group = self.groups[index] if index < len(self.groups) else None
+            if out and group is not None and group == self.groups[out[-1][0]]:
+                out[-1].append(index)
+            else:
+                out.append([index])
+        return out
 
 
 @dataclass(frozen=True)
@@ -110,12 +125,14 @@ def simulate(steps: list[Step], plans: list[Plan], tpot: float, prefill_tps: flo
         moments = {"a": start, "o": start, "b": b, "c": b + step.call_tokens * tpot}
         end = start + prefill + step.output_tokens * tpot
         cursor = end
-        for i, seconds in enumerate(step.calls):
-            launch = plan.launches[i] if i < len(plan.launches) else Launch()
-            cost = 0.0 if launch.at in ("o",) else overhead
-            ready = serve(cursor, seconds, launch, moments, cost)
-            line.overhead += cost + (launch.extra + launch.delay if launch.at in ("a", "b", "c") else 0.0)
-            cursor = ready
+        for run in step.runs():
+            asked = cursor  # every call of a group is asked for at once
+            for i in run:
+                launch = plan.launches[i] if i < len(plan.launches) else Launch()
+                cost = 0.0 if launch.at in ("o",) else overhead
+                ready = serve(asked, step.calls[i], launch, moments, cost)
+                line.overhead += cost + (launch.extra + launch.delay if launch.at in ("a", "b", "c") else 0.0)
+                cursor = max(cursor, ready)
         for miss in plan.misses:
             stop = moments[miss.until] if miss.until else end
             line.wasted += min(miss.seconds, max(0.0, stop - moments[miss.at])) + miss.fixed

@@ -7,6 +7,8 @@
   sandboxed ones in an overlay (its costs measured in docs/BENCHMARKS.md, "Sandbox"); a result
   already known at this workspace version is served at once; a sandboxed call that runs for real
   warms the next prompt on its last output (AOSpec's guess).
+  A call after the first of a turn is served by a speculation launched for the turn that is its exact
+  call, as the loop keeps those when it takes the first (`SpeculationScheduler.expect`).
 - paste: patterns at (a) only. spork: speculation from the streamed answer only, at (b), (c).
   aospec: observation speculation only (every call's last output, whatever its effect).
 - oracle: every call started when the model call that emits it starts, at no cost (a result known at
@@ -52,6 +54,15 @@ class Tally:
 
 
 @dataclass(frozen=True)
+class Spare:
+    """A speculation of the turn that did not serve its first call: it may serve a later call of the turn."""
+
+    candidate: Candidate
+    launch: Launch
+    miss: Miss
+
+
+@dataclass(frozen=True)
 class Spec:
     """Which moments a policy speculates at, and whether it reuses known results and warms."""
 
@@ -71,12 +82,17 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
     last: dict[str, str] = {}  # key -> its last output
     out = []
     for step_calls in trace.calls:
-        launches, misses, warm = [], [], ""
+        launches, warm = [], ""
+        misses: list[Miss] = []
+        spares: list[Spare] = []
         for info in step_calls:
             tally.calls += 1
-            launch, missed = _serve(info, policy, seen, tally, budget, trace.root)
+            launch, missed, spared = _serve(info, policy, seen, tally, budget, trace.root)
+            if launch.at is None and not info.first:
+                launch = _spare(info, spares, misses)
             launches.append(launch)
             misses.extend(missed)
+            spares.extend(spared)
             warm = _warm(info, launch, policy, last)
             tally.warmed += warm == "warm"
             if launch.at is not None:
@@ -93,25 +109,35 @@ def _known(info: CallInfo, seen: dict[str, int]) -> bool:
     return info.action.effect not in (Effect.MUTATING, Effect.UNKNOWN) and seen.get(info.action.key) == info.version
 
 
+def _spare(info: CallInfo, spares: list[Spare], misses: list[Miss]) -> Launch:
+    """A later call of the turn served by a speculation launched for the turn, which is then no miss."""
+    found = next((spare for spare in spares if hit(info, [spare.candidate])), None)
+    if found is None:
+        return Launch()
+    spares.remove(found)
+    misses.remove(found.miss)
+    return found.launch
+
+
 def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budget: Budget,
-           root: str) -> tuple[Launch, list[Miss]]:
+           root: str) -> tuple[Launch, list[Miss], list[Spare]]:
     if policy in ("oracle", "oracle_obs"):
-        return (Launch("r") if _known(info, seen) else Launch("o")), []
+        return (Launch("r") if _known(info, seen) else Launch("o")), [], []
     if policy == "oracle_speculable":
         if _known(info, seen):
-            return Launch("r"), []
+            return Launch("r"), [], []
         may = info.action.effect not in (Effect.MUTATING, Effect.UNKNOWN) and info.call.name != "finish"
-        return (Launch("o") if may else Launch()), []
+        return (Launch("o") if may else Launch()), [], []
     spec = SPECS[policy]
     if spec.repeats and _known(info, seen):
-        return Launch("r"), []
+        return Launch("r"), [], []
     if not spec.moments or not info.first or info.decision is None:
-        return Launch(), []
+        return Launch(), [], []
     return _speculate(info, spec.moments, tally, budget, root)
 
 
 def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: Budget,
-               root: str) -> tuple[Launch, list[Miss]]:
+               root: str) -> tuple[Launch, list[Miss], list[Spare]]:
     """Launch candidates moment by moment as the scheduler admits them; the call's own, if any, serves it.
 
     At (c) the call's name and first characters rule out running speculations that cannot be it (the
@@ -119,6 +145,7 @@ def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: B
     assert info.decision is not None
     running: list[tuple[str, Candidate]] = []
     ruled_out: list[tuple[str, Candidate]] = []
+    launched: dict[int, Launch] = {}  # id of a running candidate -> how it would serve a call
     served: Launch | None = None
     winner: Candidate | None = None
     for moment in moments:
@@ -135,14 +162,16 @@ def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: B
                 continue
             running.append((moment, candidate))
             tally.launched += 1
+            sandboxed = candidate.effect == Effect.SANDBOXED
+            delay = info.decision.seconds.get(moment, 0.0) + (OVERLAY_CREATE if sandboxed else PURE_LAUNCH)
+            launched[id(candidate)] = Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
             if served is None and hit(info, [candidate]):
-                sandboxed = candidate.effect == Effect.SANDBOXED
-                delay = info.decision.seconds.get(moment, 0.0) + (OVERLAY_CREATE if sandboxed else PURE_LAUNCH)
-                served = Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
-                winner = candidate
-    misses = [Miss(m, c.latency_saved, _fixed(c)) for m, c in running if served is None or c is not winner]
+                served, winner = launched[id(candidate)], candidate
+    spares = [Spare(c, launched[id(c)], Miss(m, c.latency_saved, _fixed(c))) for m, c in running
+              if served is None or c is not winner]
+    misses = [spare.miss for spare in spares]
     misses += [Miss(m, c.latency_saved, _fixed(c), until="c") for m, c in ruled_out]
-    return served or Launch(), misses
+    return served or Launch(), misses, spares
 
 
 def _may_be(candidate: Candidate, name: str, prefix: str, root: str) -> bool:

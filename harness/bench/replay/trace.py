@@ -21,6 +21,9 @@ from harness.calls.canonical import canonical
 from harness.speculation.prediction.extract import reasoning_part
 from harness.speculation.prediction.patterns import Analyzer, Candidate
 from harness.speculation.prediction.rehearsal import PREFIX_CHARS, Decision, replay
+from harness.protocol import ParsedCall
+from harness.together import groups
+from tools import TOOL_EFFECTS
 from tools.base import Effect
 
 CHARS_PER_TOKEN = 3.4
@@ -106,7 +109,14 @@ def _step(turn: dict[str, object], calls: list[CallInfo]) -> Step:
     reason = min(output, hidden + tokens(reasoning))
     prefix = CALL_OPEN_TOKENS + round(PREFIX_CHARS / CHARS_PER_TOKEN)
     return Step(int(turn["prefill"]), output, reason, min(prefix, output - reason),  # type: ignore[call-overload]
-                tuple(c.seconds for c in calls))
+                tuple(c.seconds for c in calls), side_by_side(calls))
+
+
+def side_by_side(calls: list[CallInfo]) -> tuple[int, ...]:
+    """Each call's group as Tao's loop would run the turn: neighbouring pure calls together (harness.together)."""
+    entries = [(ParsedCall(c.call.call_id, c.call.name, c.call.arguments), None) for c in calls]
+    cut = groups(entries, lambda name: TOOL_EFFECTS.get(name, Effect.UNKNOWN))
+    return tuple(number for number, group in enumerate(cut) for _ in group)
 
 
 def decide(trace: Trace, analyzer: Analyzer, events: list[Event]) -> None:

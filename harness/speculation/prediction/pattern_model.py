@@ -153,6 +153,7 @@ def _count_session(model: PatternModel, events: list[Event], offsets: Counter[tu
     """Count one session into the model; returns the keys it called (for habits)."""
     root, text, keys = "", "", set()
     history: list[tuple[Action, bool | None, str]] = []
+    placed: dict[str, int] = {}  # a call's id -> its place in history (a turn's results may come after all its calls)
     last_mentions: list[tuple[str, int | None]] = []
     for event in events:
         if isinstance(event, SessionStart):
@@ -166,6 +167,7 @@ def _count_session(model: PatternModel, events: list[Event], offsets: Counter[tu
             ctx = contexts(k2, k1[0].kind if k1 else START, status(k1[1] if k1 else None), k1[2] if k1 else "none")
             model.kinds.add(ctx, action.kind)
             model.words.add(reasoning_part(text, str(event.arguments.get("command", ""))), action.kind)
+            placed[event.call_id] = len(history)
             history.append((action, None, "none"))
             keys.add(action.key)
             habit_calls.setdefault(action.key, (action.tool, dict(event.arguments) if action.tool == "bash"
@@ -178,7 +180,8 @@ def _count_session(model: PatternModel, events: list[Event], offsets: Counter[tu
                 interpreters[word[0]] += 1
         elif isinstance(event, ToolResult) and history:
             ok = (not event.is_error) if event.exit_code is None else event.exit_code == 0
-            history[-1] = (history[-1][0], ok, output_signal(event.output, not event.output.strip()))
+            at = placed.get(event.call_id, len(history) - 1)
+            history[at] = (history[at][0], ok, output_signal(event.output, not event.output.strip()))
             last_mentions = path_mentions(event.output[:20_000], root)
     return keys
 

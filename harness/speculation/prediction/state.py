@@ -181,9 +181,8 @@ class SessionState:
         return writes
 
     def _result(self, event: ToolResult) -> None:
-        step = self.last
-        if step is None or (step.call_id and event.call_id and step.call_id != event.call_id
-                            and all(s.call_id != event.call_id for s in self.steps[-16:])):
+        step = self._called(event.call_id)
+        if step is None:
             return  # the result of no call made: a malformed one the session answered without running it
         step.exit_code = event.exit_code
         step.ok = (not event.is_error) if event.exit_code is None else event.exit_code == 0
@@ -208,6 +207,14 @@ class SessionState:
         action = step.action
         if action.kind == READ and action.tool == "read_file" and step.ok and not event.truncated_chars:
             self.texts[action.args["path"]] = (self.version, plain_text(event.output)[:MAX_TEXT])
+
+    def _called(self, call_id: str) -> Step | None:
+        """The recent call a result answers: the one of its id (calls of one turn may end in any order), else
+        the latest call when either has no id; None when it answers none of the recent calls."""
+        step = self.last
+        if step is None or not (step.call_id and call_id) or step.call_id == call_id:
+            return step
+        return next((s for s in reversed(self.steps[-16:]) if s.call_id == call_id), None)
 
     def _habits(self, action: Action) -> None:
         command = str(action.args.get("command", ""))

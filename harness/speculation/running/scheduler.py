@@ -154,6 +154,7 @@ class SpeculationScheduler:
         self._seen: dict[str, tuple[int, Observation]] = {}  # exact call -> (version, observation) of pure runs
         self._last: dict[str, LastRun] = {}  # canonical key -> its last real run, any version
         self._unconfined: str | None = None  # why sandboxed calls are never run ahead here, once found out
+        self._expected: set[str] = set()  # exact calls of the model's turn not yet taken: their speculations stay
         self._totals = {"launched": 0, "promoted": 0, "discarded": 0, "tainted": 0, "repeats": 0, "saved": 0.0,
                         "wasted": 0.0}
 
@@ -275,10 +276,20 @@ class SpeculationScheduler:
 
     # -- the real call -------------------------------------------------------------------------------
 
+    def expect(self, calls: list[ParsedCall]) -> None:
+        """The model's turn holds these calls: until each is taken, a speculation of it is kept for it when
+        another call of the turn is taken, so every call of a turn of several can be served by one."""
+        self._expected = set()
+        for call in calls:
+            tool = self.tools.get(call.name)
+            if tool is not None and (args := validated(tool, call.arguments)) is not None:
+                self._expected.add(exact_call(call.name, args))
+
     async def take(self, call: ParsedCall) -> Observation | None:
         """The observation of `call` if a speculation has exactly it at the current version; None to run it.
 
-        Every other speculation is discarded and its processes killed, whatever the outcome. Never raises
+        Every other speculation is discarded and its processes killed, whatever the outcome, but those of the
+        turn's other calls not taken yet (`expect`). Several calls may be taken at once. Never raises
         (but for cancellation): whatever goes wrong here, the call simply runs for real.
         """
         arrived = time.monotonic()
@@ -299,11 +310,20 @@ class SpeculationScheduler:
         if tool is None or args is None:
             # An unknown tool or arguments its schema refuses: the real run gives the tool's own error. A bash
             # command that amounts to a structured call (`cat f`) never reaches here: bash is never speculated.
-            self.discard_all(DiscardReason.NOT_CALLED)
+            self._discard_unexpected()
             return None
         exact = exact_call(call.name, args)
+        try:
+            return await self._serve(call, tool, args, version, arrived)
+        finally:
+            self._expected.discard(exact)  # kept while it was taken: another call taken meanwhile spares it
+
+    async def _serve(self, call: ParsedCall, tool: Tool, args: dict[str, Any], version: int,
+                     arrived: float) -> Observation | None:
+        """A validated call's observation from a repeat, an exact speculation or a range of a whole read."""
+        exact = exact_call(call.name, args)
         if tool.effect is Effect.PURE and (repeat := self._repeat(exact, version)) is not None:
-            self.discard_all(DiscardReason.NOT_CALLED)
+            self._discard_unexpected()
             self._totals["repeats"] += 1
             self.emit(SpecPromote.of_repeat(self.now(), self.step, call.call_id))
             return repeat
@@ -315,11 +335,9 @@ class SpeculationScheduler:
         else:
             spec, observation = await self._slice(call.name, args, version)
             sliced = observation is not None
-        for other in list(self.specs.values()):
-            if other is not spec:
-                self._discard(other, DiscardReason.NOT_CALLED)
-            elif observation is None:
-                self._discard(other, reason, **details)
+        self._discard_unexpected(spec)
+        if spec is not None and observation is None:
+            self._discard(spec, reason, **details)
         if spec is not None and observation is not None:
             self._promote(spec, call, arrived, sliced)
         return observation
@@ -338,6 +356,11 @@ class SpeculationScheduler:
             observation = await asyncio.shield(spec.task)
         except Exception:  # a failed speculation is simply not used
             return None, DiscardReason.FAILED, {}
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the real call itself is stopped
+            return None, DiscardReason.FAILED, {}  # discarded while waited on (a call taken beside it went stale)
         if observation.data.get("timed_out") or (spec.overlay is None and observation.is_error):
             # A limit a real run may not meet (a tool's timeout, under the load of speculation); and an error
             # of a pure tool is quick to get for real, which leaves no doubt.
@@ -406,6 +429,12 @@ class SpeculationScheduler:
         exact = exact_call(name, arguments)
         spec = next((s for s in self.specs.values() if s.exact == exact), None)
         return None if spec is None else (spec.finished or time.monotonic()) - spec.started
+
+    def _discard_unexpected(self, kept: Speculation | None = None) -> None:
+        """Discard every speculation but `kept` and those of the turn's calls still to be taken: not called."""
+        for spec in list(self.specs.values()):
+            if spec is not kept and spec.exact not in self._expected:
+                self._discard(spec, DiscardReason.NOT_CALLED)
 
     def discard_all(self, reason: DiscardReason, **details: object) -> None:
         """Throw away every live speculation (the workspace is about to change, or the session ends)."""

@@ -28,6 +28,7 @@ class Gauges:
     pacing: str | None = None  # the co-scheduler's state, once one reports it (`pacing_text`)
     asking: bool = False  # a model request of the session's is pending (the only time its pacing is asked for)
     context: float | None = None  # share of the model's window the last prompt filled; None: window unknown
+    running: dict[str, str] = field(default_factory=dict)  # the calls running now (several, side by side): id -> tool
 
 
 class StatusBar(Static):
@@ -60,6 +61,7 @@ class StatusBar(Static):
                 gauges.activity = "working"
             case LLMStart():
                 gauges.step, gauges.activity, gauges.asking = event.step, "thinking", True
+                gauges.running.clear()  # a call left without a result (finish) runs no more
             case LLMEnd():
                 gauges.asking = False
                 gauges.tokens += event.output_tokens
@@ -70,15 +72,19 @@ class StatusBar(Static):
             case ContextCompact() if event.context_window:
                 gauges.context = event.tokens_after / event.context_window
             case ToolCall():
-                gauges.activity = f"running {event.name}"
+                gauges.running[event.call_id] = event.name
+                gauges.activity = running_text(gauges.running)
             case ToolResult():
-                gauges.activity = "working"
+                gauges.running.pop(event.call_id, None)
+                gauges.activity = running_text(gauges.running) if gauges.running else "working"
             case Approval():
                 gauges.activity = "running bash" if event.decision == "allow" else "working"
             case Interrupt():
                 gauges.activity, gauges.asking = "interrupted", False
+                gauges.running.clear()
             case TurnEnd():
                 gauges.activity, gauges.asking = "waiting for you", False
+                gauges.running.clear()
             case SessionEnd():
                 gauges.activity, gauges.asking = f"ended: {event.status}", False
         self.tick(now)
@@ -149,3 +155,11 @@ def _dash(value: Any) -> str:
 def _clock(seconds: float) -> str:
     minutes, rest = divmod(int(seconds), 60)
     return f"{minutes}:{rest:02d}"
+
+
+def running_text(running: dict[str, str]) -> str:
+    """What runs: `running grep`, or for a turn's calls side by side `running 3 calls (read_file, grep)`."""
+    names = list(dict.fromkeys(running.values()))
+    if len(running) == 1:
+        return f"running {names[0]}"
+    return f"running {len(running)} calls ({', '.join(names)})"
