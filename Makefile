@@ -31,10 +31,11 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q --durations=15
 
-# The pattern model Tao ships, learned again from the public trajectories in $(TRACES) (about 2 minutes).
+# The pattern model Tao ships, learned again from the public trajectories in $(TRACES) and the learning side of
+# the public transcripts bundled in harness/traces/data/public (about 2 minutes).
 patterns: $(STAMP)
 	$(BIN)/tao traces learn $(TRACES)/mini-swe-agent-gemini-3-pro-swebench-verified \
-		$(TRACES)/swe-agent-demonstrations --out harness/speculation/prediction/default_patterns.json.gz
+		$(TRACES)/swe-agent-demonstrations harness/traces/data/public/learn --out harness/speculation/prediction/default_patterns.json.gz
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

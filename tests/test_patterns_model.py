@@ -179,7 +179,7 @@ def test_tao_ships_a_learned_model_and_a_users_own_comes_first(tmp_path: Path,
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     shipped = load_patterns(None)
-    assert shipped.to_json() == PatternModel.load(SHIPPED_MODEL).to_json() and shipped.sessions == 295
+    assert shipped.to_json() == PatternModel.load(SHIPPED_MODEL).to_json() and shipped.sessions == 313
     script = Script("tests/test_ops.py fails: fix add() in calc/ops.py.")
     script.step("run_tests", {"command": "python -m pytest tests/test_ops.py -q"}, "F\n1 failed", 1)
     script.step("read_file", {"path": "calc/ops.py"}, "def add(a, b):\n    return a - b\n")
