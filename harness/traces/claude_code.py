@@ -24,8 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness import jsonl
-from harness.traces.common import (Imported, ImportReport, SessionBuilder, elapsed, iso_time, read_lines,
+from harness.traces.common import (Imported, ImportReport, SessionBuilder, elapsed, iso_time, read_records,
                                    string)
 from harness.vocabulary import Status
 
@@ -61,16 +60,7 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
     """One session per `sessionId` in the file; damaged or unknown records are reported and skipped."""
     records: dict[str, list[tuple[int, dict[str, Any]]]] = {}
     seen: set[str] = set()
-    lines = read_lines(path, report)
-    for number, line in lines or []:
-        try:
-            record = jsonl.parse(line)
-        except jsonl.DamagedJSON as exc:
-            report.skip(f"{path}:{number}", f"damaged JSON ({exc})")
-            continue
-        if not isinstance(record, dict):
-            report.skip(f"{path}:{number}", "not a JSON object")
-            continue
+    for number, record in read_records(path, report):
         if not isinstance(record.get("type"), (str, type(None))):
             report.skip(f"{path}:{number}", "a record whose type is not a string")
             continue

@@ -22,9 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from harness import jsonl
 from harness.traces.claude_code import tao_name
-from harness.traces.common import Imported, ImportReport, SessionBuilder, obj, read_lines, string
+from harness.traces.common import Imported, ImportReport, SessionBuilder, obj, read_records, string
 from harness.vocabulary import Status
 
 FORMAT = "codex"
@@ -56,15 +55,7 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
     turns: list[_Turn] = []
     results: dict[str, tuple[str, float | None]] = {}
     task, t0, closed = "", None, True
-    for number, line in read_lines(path, report) or []:
-        try:
-            record = jsonl.parse(line)
-        except jsonl.DamagedJSON as exc:
-            report.skip(f"{path}:{number}", f"damaged JSON ({exc})")
-            continue
-        if not isinstance(record, dict):
-            report.skip(f"{path}:{number}", "not a JSON object")
-            continue
+    for _number, record in read_records(path, report):
         kind, payload, t = record.get("type"), obj(record.get("payload")), _seconds(record.get("timestamp"))
         t0 = t if t0 is None else t0
         rel = t - t0 if t is not None and t0 is not None else None

@@ -6,6 +6,7 @@ import math
 from datetime import UTC, datetime
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 from harness import jsonl
@@ -73,6 +74,21 @@ def read_lines(path: Path, report: ImportReport) -> list[tuple[int, bytes]] | No
     except OSError as exc:
         report.skip(str(path), f"unreadable ({jsonl.describe(exc)})")
         return None
+
+
+def read_records(path: Path, report: ImportReport) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The JSON objects of a JSONL file, numbered; a damaged line or one that is not an object is reported and
+    skipped, and an unreadable file yields nothing (read_lines says why)."""
+    for number, line in read_lines(path, report) or []:
+        try:
+            record = jsonl.parse(line)
+        except jsonl.DamagedJSON as exc:
+            report.skip(f"{path}:{number}", f"damaged JSON ({exc})")
+            continue
+        if not isinstance(record, dict):
+            report.skip(f"{path}:{number}", "not a JSON object")
+            continue
+        yield number, record
 
 
 def seconds(value: Any) -> float | None:
