@@ -48,7 +48,8 @@ def test_vllm_builds_an_ngram_config_for_the_embedded_model(embedded_model: Path
     settings = VLLMSettings(model=str(embedded_model), name="test", max_model_len=2048, drafts="ngram")
     config = AsyncEngineArgs(**engine_args(settings, on_cpu=True)).create_engine_config(UsageContext.ENGINE_CONTEXT)
     spec = config.speculative_config
-    assert spec is not None and spec.method == "ngram" and spec.num_speculative_tokens == NGRAM["num_speculative_tokens"]
+    assert spec is not None and spec.method == "ngram"
+    assert spec.num_speculative_tokens == NGRAM["num_speculative_tokens"]
     assert not config.model_config.logits_processors
 
 

@@ -2,10 +2,11 @@
 on the prompts of recorded coding sessions, and whether the text stays the same.
 
 Each prompt is a recorded session cut before one of its assistant turns (system, task, earlier answers and
-observations, as the agent saw them). The embedded engine answers it greedily with drafts off and on; an engine
-runs one setting, so the benchmark starts them in turn, round after round in rotated order (the first engine of a
-run is slower while the machine warms up), each after one untimed request. Time per output token is decode time
-(first token to last) over the tokens after the first; every answer must be the same text in every run.
+observations, as the agent saw them). The embedded engine answers it greedily with drafts off and on: an engine
+runs one setting, so two are started (each warmed by one untimed request) and take the prompts in turn, one request
+at a time, which goes first rotated from prompt to prompt and round to round (the machine speeds up over a run;
+the second round's prompts come from each engine's prefix cache). Time per output token is decode time (first token
+to last) over the tokens after the first; every answer must be the same text in every run.
 """
 
 from __future__ import annotations
@@ -80,22 +81,25 @@ async def answer(engine: Any, prompt: Prompt, max_tokens: int, tag: str) -> dict
             "output_tokens": usage.output_tokens, "decode_s": usage.decode_seconds or 0.0}
 
 
-async def one_engine(mode: str, prompts: list[Prompt], max_tokens: int, progress: bool) -> list[dict[str, Any]]:
-    """Start the embedded engine with drafts `mode`, answer every prompt once after an untimed one, close it."""
+async def open_engines() -> dict[str, Any]:
+    """The embedded engine twice, greedy and unconstrained: one without drafts, one with n-gram drafts."""
     from harness.engine.factory import EngineOptions, start_local
 
-    engine = await start_local(EngineOptions(attach=False, constrained=False, temperature=0.0, drafts=mode))
+    engines: dict[str, Any] = {}
     try:
-        await answer(engine, prompts[0], 16, "warmup")
-        out = []
-        for prompt in prompts:
-            out.append({"mode": mode, **await answer(engine, prompt, max_tokens, mode)})
-            if progress:
-                row = out[-1]
-                print(f"  {mode:5} {row['prompt']:50} {row['output_tokens']:4} tokens in {row['decode_s']:6.2f} s",
-                      file=sys.stderr, flush=True)
-        return out
-    finally:
+        for mode in MODES:
+            engines[mode] = await start_local(EngineOptions(attach=False, constrained=False, temperature=0.0,
+                                                            drafts=mode))
+            await answer(engines[mode], Prompt("warmup", [{"role": "user", "content": "Hello"}]), 16, "warmup")
+    except BaseException:
+        await close_engines(engines)
+        raise
+    return engines
+
+
+async def close_engines(engines: dict[str, Any]) -> None:
+    """Shut every engine down."""
+    for engine in engines.values():
         await engine.close()
 
 
@@ -129,14 +133,24 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def bench(prompts: list[Prompt], rounds: int, max_tokens: int, progress: bool = True) -> dict[str, Any]:
-    """Every prompt with drafts off and on, `rounds` times, the two engines in rotated order each round."""
+    """Every prompt with drafts off and on, `rounds` times, one request at a time, which engine goes first rotated
+    from prompt to prompt and round to round (both engines stay up; only one works at a time)."""
     before = machine()
     runs: list[dict[str, Any]] = []
-    for r in range(rounds):
-        for mode in MODES[r % 2:] + MODES[:r % 2]:
-            if progress:
-                print(f"round {r + 1}/{rounds}: drafts {mode}", file=sys.stderr, flush=True)
-            runs += [{"round": r, **run} for run in await one_engine(mode, prompts, max_tokens, progress)]
+    engines = await open_engines()
+    try:
+        for r in range(rounds):
+            for index, prompt in enumerate(prompts):
+                first = (r + index) % 2
+                for mode in MODES[first:] + MODES[:first]:
+                    runs.append({"round": r, "mode": mode, **await answer(engines[mode], prompt, max_tokens, mode)})
+                    if progress:
+                        run = runs[-1]
+                        print(f"round {r + 1}/{rounds} {mode:5} {run['prompt']:48} {run['prompt_tokens']:5} prompt "
+                              f"tokens, {run['output_tokens']:4} out in {run['decode_s']:6.2f} s",
+                              file=sys.stderr, flush=True)
+    finally:
+        await close_engines(engines)
     after = machine()
     return {"benchmark": "drafts", "machine": {**before, "load_after": after["load"]}, "rounds": rounds,
             "max_tokens": max_tokens, "prompt_names": [p.name for p in prompts], **summarize(runs), "runs": runs}
@@ -175,11 +189,12 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
     bench = bench_subparsers.add_parser("drafts")
     bench.add_argument("--traces", type=Path, default=DEFAULT_TRACES,
                        help=f"folder (or file) of trajectories with a `messages` list (default {DEFAULT_TRACES})")
-    bench.add_argument("--sessions", type=int, default=4, help="trajectories to take, by name (default 4)")
-    bench.add_argument("--turns", type=int, default=3, help="turns of each, spread over those that fit (default 3)")
-    bench.add_argument("--max-chars", type=int, default=20_000,
-                       help="a prompt's characters at most (default 20000: about 5,000 tokens)")
-    bench.add_argument("--max-tokens", type=int, default=192, help="tokens each answer may take (default 192)")
+    bench.add_argument("--sessions", type=int, default=3, help="trajectories to take, spread by name (default 3)")
+    bench.add_argument("--turns", type=int, default=2, help="turns of each, spread over those that fit (default 2)")
+    bench.add_argument("--max-chars", type=int, default=10_000,
+                       help="a prompt's characters at most (default 10000: about 2,500 tokens, a 20-s cold prefill "
+                            "on one core)")
+    bench.add_argument("--max-tokens", type=int, default=128, help="tokens each answer may take (default 128)")
     bench.add_argument("--rounds", type=int, default=2,
                        help="rounds of both engines, the order rotated each round (default 2)")
     bench.set_defaults(func=cmd_bench_drafts)
