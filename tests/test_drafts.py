@@ -40,8 +40,10 @@ def test_the_draft_flag_reaches_the_engine_options_and_the_server() -> None:
     assert serve.parse_args(argv).draft == "ngram"
 
 
+@pytest.mark.engine
 def test_vllm_builds_an_ngram_config_for_the_embedded_model(embedded_model: Path) -> None:
-    """vLLM's own config step accepts the settings (no engine starts): n-gram drafts, no custom processor."""
+    """vLLM's own config step accepts the settings: n-gram drafts, no custom processor. No engine starts, but
+    importing vLLM and reading the model's config takes minutes on a busy machine, so it runs with the engine tests."""
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.usage.usage_lib import UsageContext
 
