@@ -196,5 +196,5 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
                             "on one core)")
     bench.add_argument("--max-tokens", type=int, default=128, help="tokens each answer may take (default 128)")
     bench.add_argument("--rounds", type=int, default=2,
-                       help="rounds of both engines, the order rotated each round (default 2)")
+                       help="rounds over the prompts, each answered by both engines (default 2)")
     bench.set_defaults(func=cmd_bench_drafts)
