@@ -17,6 +17,8 @@ from harness.engine.vllm_local import NGRAM, PROCESSOR, VLLMSettings, engine_arg
 from harness.errors import EngineError, EngineUnavailable
 from harness.flags import add_engine_flags, engine_options
 from harness.gateway import add_gateway_flags, gateway_argv
+from harness.protocol import CLOSE, OPEN, render_system_prompt
+from tools import default_tools, tool_specs
 
 
 def test_ngram_drafts_replace_the_forcing_processor_in_the_engine_args() -> None:
@@ -86,7 +88,7 @@ def test_the_summary_compares_time_per_token_and_finds_changed_answers() -> None
     summary = summarize(runs)
     assert summary["modes"]["off"]["ms_per_token"] == round(1000 * 1.9 / 21, 2)
     assert summary["speedup_by_round"] == [round(1.1 / 0.6, 3), 2.0] and summary["speedup"] == round(1.9 / 1.0, 3)
-    assert summary["identical"] == 1 and summary["differing"] == ["q"]
+    assert summary["identical"] == 1 and summary["differing"] == ["q"] and summary["off_unstable"] == []
 
 
 @pytest.mark.engine
@@ -108,10 +110,17 @@ async def test_drafts_give_the_same_greedy_text_and_refuse_forcing(vllm_engine, 
 
     monkeypatch.setattr(vllm_engine, "settings", dataclasses.replace(vllm_engine.settings, temperature=0.0))
     plain = await greedy(vllm_engine, "drafts-off")
-    drafting = await start_local(EngineOptions(attach=False, constrained=False, temperature=0.0, drafts="ngram",
-                                               max_model_len=2048))
+    drafting = await start_local(EngineOptions(attach=False, temperature=0.0, drafts="ngram", max_model_len=2048))
     try:
         assert await greedy(drafting, "drafts-ngram") == plain and len(plain) > 100
+        # the call grammar (structured outputs) checks drafted tokens too: a constrained turn still ends in a call
+        specs = tool_specs(default_tools())
+        turn = LLMRequest("drafts-call", [{"role": "system", "content": render_system_prompt(specs, "/work/calc")},
+                                          {"role": "user", "content": "List the files of the project."}],
+                          tools=specs, max_tokens=160)
+        text = "".join([chunk.text async for chunk in drafting.stream(turn)])
+        body = text.split(OPEN, 1)[1].split(CLOSE, 1)[0]
+        assert json.loads(body)["name"] in {spec["function"]["name"] for spec in specs}
         forced = dataclasses.replace(request, request_id="drafts-forced", force="def f0(x):")
         with pytest.raises(EngineError, match="--draft off"):
             async for _ in drafting.stream(forced):

@@ -129,7 +129,18 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         texts.setdefault(run["prompt"], set()).add(run["text"])
     differing = sorted(name for name, seen in texts.items() if len(seen) > 1)
     return {"modes": modes, "speedup": round(off / on, 3) if off and on else None, "speedup_by_round": by_round,
-            "prompts": len(texts), "identical": len(texts) - len(differing), "differing": differing}
+            "prompts": len(texts), "identical": len(texts) - len(differing), "differing": differing,
+            "off_unstable": unstable(runs, "off")}
+
+
+def unstable(runs: list[dict[str, Any]], mode: str) -> list[str]:
+    """The prompts whose answers in `mode` differ from round to round (the engine's own float ties: a cold prefill
+    and one from the prefix cache round differently), against which drafts' differences are to be read."""
+    texts: dict[str, set[str]] = {}
+    for run in runs:
+        if run["mode"] == mode:
+            texts.setdefault(run["prompt"], set()).add(run["text"])
+    return sorted(name for name, seen in texts.items() if len(seen) > 1)
 
 
 async def bench(prompts: list[Prompt], rounds: int, max_tokens: int, progress: bool = True) -> dict[str, Any]:
@@ -166,7 +177,8 @@ def report(result: dict[str, Any]) -> Report:
              f"(load {m['load'][0]} -> {m['load_after'][0]})")
     notes = [f"speed-up ngram over off: {result['speedup']}x (by round: {result['speedup_by_round']})",
              f"identical answers: {result['identical']}/{result['prompts']} prompts"
-             + (f"; differing: {', '.join(result['differing'])}" if result["differing"] else "")]
+             + (f"; differing: {', '.join(result['differing'])}" if result["differing"] else ""),
+             f"drafts off, differing between its own rounds: {len(result['off_unstable'])}/{result['prompts']} prompts"]
     return Report(result, [Table(["drafts", "answers", "output tokens", "decode s", "ms/token"], rows, title=title)],
                   notes)
 
