@@ -70,7 +70,8 @@ class VLLMSettings:
     what kv_cache_gib allows: VLLM_CPU_KVCACHE_SPACE counts whole GiB. None: all of it."""
     drafts: str = "off"
     """Token-level speculation: "ngram" drafts tokens by prompt lookup (NGRAM) and checks them in one step, with
-    the same greedy output; "off" decodes one token a step and can force answers by their token ids."""
+    the same greedy output but at float ties (where a cached prefill differs too); "off" decodes one token a step
+    and can force answers by their token ids."""
 
 
 SHUTDOWN_GRACE = 1.0
