@@ -35,7 +35,7 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
                             "with --engine replay, a window the replayed prompts must fit")
     group.add_argument("--draft", choices=DRAFTS, default=EngineOptions.drafts,
                        help="token-level speculation in --engine vllm: ngram drafts tokens by prompt lookup and checks "
-                            "them in one step (same greedy text, fewer steps), off decodes a token a step "
+                            "them in one step (the model's own choices, fewer steps), off decodes a token a step "
                             f"(default {EngineOptions.drafts}; a forced --replay always runs with off)")
 
 

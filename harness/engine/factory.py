@@ -53,8 +53,8 @@ class EngineOptions:
     kv_tokens: int | None = None
     """In-process engine: hold the KV cache to this many tokens (benchmarks); None: what the memory allows."""
     drafts: str = "ngram"
-    """In-process engine: "ngram" drafts tokens by prompt lookup (1.9x the decode speed on recorded sessions'
-    prompts here, `tao bench drafts`), "off" does not.
+    """In-process engine: "ngram" drafts tokens by prompt lookup (1.9-2.0x the decode speed on recorded
+    sessions' prompts here, `tao bench drafts`), "off" does not.
     An engine that forces recorded answers (kind vllm with replay) never drafts: vLLM takes no logits processor
     beside drafts."""
 
