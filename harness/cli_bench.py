@@ -18,6 +18,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "live": ("harness.bench.live", "recorded sessions against real repositories: speculation off, on and oracle"),
     "cosched": ("harness.bench.cosched",
                 "many recorded sessions against one engine: fcfs, speculation, speculation + co-scheduler"),
+    "drafts": ("harness.bench.drafts",
+               "token-level speculation: decode speed with n-gram drafts off and on, on recorded sessions' prompts"),
     "calibrate": ("harness.bench.calibrate", "fit the simulated engine's step time to the real vLLM engine here"),
     "cosched-plot": ("harness.bench.cosched_plot", "plot `tao bench cosched --json` results as a PNG"),
     "cosched-error": ("harness.bench.cosched_error",

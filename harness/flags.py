@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness.approval import MODES
 from harness.coscheduler import FCFS, Pacing, Policy
-from harness.engine.factory import ENGINES, EngineOptions
+from harness.engine.factory import DRAFTS, ENGINES, EngineOptions
 from harness.errors import UsageError
 from harness.history import LAST
 from harness.saved import PICK
@@ -41,6 +41,10 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-model-len", type=int,
                        help="context length for --engine vllm (default: 8192 embedded, else the model's); "
                             "with --engine replay, a window the replayed prompts must fit")
+    group.add_argument("--draft", choices=DRAFTS, default=EngineOptions.drafts,
+                       help="token-level speculation in --engine vllm: ngram drafts tokens by prompt lookup and checks "
+                            "them in one step (the model's own choices, fewer steps), off decodes a token a step "
+                            f"(default {EngineOptions.drafts}; a forced --replay always runs with off)")
 
 
 def add_session_flags(parser: argparse.ArgumentParser, quiet: bool = False) -> None:
@@ -95,7 +99,7 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
     """The engine the engine flags ask for."""
     return EngineOptions(kind=args.engine, replay=args.replay, seconds_per_token=args.seconds_per_token,
                          model=args.model, base_url=args.base_url, constrained=not args.no_constrain,
-                         max_model_len=args.max_model_len)
+                         max_model_len=args.max_model_len, drafts=args.draft)
 
 
 def cosched_policy(name: str, knee: int, kv_tokens: int, max_wait: float) -> Policy:

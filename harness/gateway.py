@@ -470,7 +470,7 @@ def add_gateway_flags(parser: argparse.ArgumentParser) -> None:
 def gateway_argv(args: argparse.Namespace) -> list[str]:
     """The flags (but the port) that start `python -m harness.gateway` as `args` (from add_gateway_flags) ask."""
     argv = ["--policy", args.policy, "--knee", str(args.knee), "--max-wait", str(args.max_wait),
-            "--engine", args.engine, "--seconds-per-token", str(args.seconds_per_token)]
+            "--engine", args.engine, "--seconds-per-token", str(args.seconds_per_token), "--draft", args.draft]
     for flag, value in (("--upstream", args.upstream), ("--kv-tokens", args.kv_tokens), ("--model", args.model),
                         ("--base-url", args.base_url), ("--replay", args.replay),
                         ("--max-model-len", args.max_model_len)):

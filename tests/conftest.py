@@ -22,6 +22,6 @@ async def vllm_engine(embedded_model: Path) -> AsyncIterator[object]:
     """One in-process vLLM engine for the whole test session (never a running `tao serve`)."""
     from harness.engine.factory import EngineOptions, start_local
 
-    engine = await start_local(EngineOptions(attach=False))
+    engine = await start_local(EngineOptions(attach=False, drafts="off"))  # tests force answers by their token ids
     yield engine
     await engine.close()

@@ -132,7 +132,8 @@ async def measure(batches: list[int], contexts: list[int], prefills: list[int], 
     from harness.engine.factory import EngineOptions, start_local
 
     started = time.monotonic()
-    engine: Any = await start_local(EngineOptions(attach=False, constrained=False))
+    # the step times of the engine the cosched benchmark replays on: forced answers, so no drafts
+    engine: Any = await start_local(EngineOptions(attach=False, constrained=False, drafts="off"))
     try:
         await run_one(engine, LLMRequest("cal-warmup", [{"role": "user", "content": "Hello"}], max_tokens=4))
         points = []

@@ -151,7 +151,7 @@ async def _embedded(kv_tokens_asked: int | None = None) -> Any:
     """The embedded engine, started in this process, its KV cache held to `kv_tokens_asked` when given."""
     from harness.engine.factory import EngineOptions, start_local
 
-    return await start_local(EngineOptions(attach=False, kv_tokens=kv_tokens_asked))
+    return await start_local(EngineOptions(attach=False, kv_tokens=kv_tokens_asked, drafts="off"))  # it forces answers
 
 
 def kv_contexts(profile: Profile, workload: runner.Workload) -> dict[str, int]:

@@ -95,7 +95,7 @@ async def bench(prompt_tokens: int, concurrency: list[int], decode_tokens: int, 
 
     info = machine()
     started = time.monotonic()
-    engine = await start_local(EngineOptions(attach=False, constrained=False))
+    engine = await start_local(EngineOptions(attach=False, constrained=False, drafts="off"))  # --forced forces
     assert isinstance(engine, VLLMEngine)  # start_local runs vLLM in-process; its window and start time are read below
     start_s = time.monotonic() - started
     try:

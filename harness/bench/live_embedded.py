@@ -279,7 +279,7 @@ async def run_all(selected: list[recorded.LiveSession], modes: list[str], repeat
 
     for session in selected:  # build or fetch every repository before the engine starts
         await asyncio.to_thread(recorded.template, session, cache)
-    engine = await start_local(EngineOptions(attach=False))
+    engine = await start_local(EngineOptions(attach=False, drafts="off"))  # it forces the recorded answers
     info = engine_info(engine)
     nonces = random.Random().sample(range(10**7, 10**8), repeat * len(selected) * len(modes))
     runs: list[dict[str, Any]] = []

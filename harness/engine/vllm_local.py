@@ -41,6 +41,10 @@ START_METHOD = "VLLM_WORKER_MULTIPROC_METHOD"
 PROCESSOR = "harness.engine.forced:ForcedTokens"
 """The logits processor that forces them (harness.engine.forced), by name: vLLM loads it in its engine core
 process too, and naming it keeps torch out of this module's imports."""
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}
+"""vLLM's speculative_config for `drafts="ngram"`: up to 4 tokens drafted a step by prompt lookup (the tokens that
+followed the context's last 2 to 4 tokens where they last occurred), all checked in one forward pass. vLLM refuses
+custom logits processors beside drafts, so such an engine cannot force answers by their token ids."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,10 @@ class VLLMSettings:
     kv_tokens: int | None = None
     """Hold the KV cache to at least this many tokens in whole blocks (vLLM's num_gpu_blocks_override), below
     what kv_cache_gib allows: VLLM_CPU_KVCACHE_SPACE counts whole GiB. None: all of it."""
+    drafts: str = "off"
+    """Token-level speculation: "ngram" drafts tokens by prompt lookup (NGRAM) and checks them in one step, with
+    the same greedy output but at float ties (where a cached prefill differs too); "off" decodes one token a step
+    and can force answers by their token ids."""
 
 
 SHUTDOWN_GRACE = 1.0
@@ -118,6 +126,7 @@ class VLLMEngine:
         self._aborted: dict[str, None] = {}  # an ordered set, trimmed to ABORTED_KEPT ids
         self._load: EngineLoad = getattr(llm, "tao_load", EngineLoad())
         self._grammars: dict[str, str] = {}  # tool specs JSON -> structural tag JSON
+        self.forces_tokens = settings.drafts == "off"  # vLLM loads no logits processor beside drafts
 
     @property
     def kv_tokens(self) -> int | None:
@@ -176,6 +185,10 @@ class VLLMEngine:
 
         extra: dict[str, Any] = {}
         max_tokens = request.max_tokens
+        if request.force is not None and not force_regex and not self.forces_tokens:
+            raise EngineError(f"request {request.request_id} forces a recorded answer by its token ids, but this "
+                              f"engine drafts tokens ({self.settings.drafts}) and vLLM takes no logits processor "
+                              "beside drafts; start the engine with --draft off to replay recorded answers")
         forced = self.forced_ids(request.force) if request.force is not None and not force_regex else None
         if forced is not None:
             extra, max_tokens = {"extra_args": {FORCE_KEY: forced}}, len(forced)
@@ -295,6 +308,25 @@ async def _in_daemon_thread(function: Any, *args: Any) -> Any:
     return await future
 
 
+def engine_args(settings: VLLMSettings, on_cpu: bool) -> dict[str, Any]:
+    """vLLM's AsyncEngineArgs for these settings, as keywords: drafts and the forcing processor exclude each other."""
+    if settings.drafts not in ("ngram", "off"):
+        raise EngineUnavailable(f"unknown drafts {settings.drafts!r}; choose ngram or off")
+    drafting = settings.drafts == "ngram"
+    return dict(
+        model=settings.model, tokenizer=settings.model, max_model_len=settings.max_model_len,
+        enable_prefix_caching=True, scheduling_policy="priority", disable_log_stats=True,
+        # On a CPU without native bf16, float32 runs several times faster; torch.compile costs minutes
+        # at start and gained nothing measurable here, so CPUs run eager.
+        dtype=("bfloat16" if cpu_has_bf16() else "float32") if on_cpu else "auto",
+        enforce_eager=on_cpu,
+        # forced answers take the recorded text's own tokens, on an engine that does not draft
+        logits_processors=None if drafting else [PROCESSOR],
+        speculative_config=dict(NGRAM) if drafting else None,
+        use_tqdm_on_load=False,  # a progress bar for loading a model's shards, in the user's log
+    )
+
+
 def _build_llm(settings: VLLMSettings) -> Any:
     """Import vLLM and construct AsyncLLM (blocking; run in a thread)."""
     try:
@@ -306,16 +338,7 @@ def _build_llm(settings: VLLMSettings) -> Any:
         raise EngineUnavailable(f"vLLM is not installed ({exc}); run `{INSTALL_VLLM}`") from None
     on_cpu = current_platform.is_cpu()
     asked = os.environ.get(START_METHOD)  # the user's own choice, before vLLM's config step sets it
-    args = AsyncEngineArgs(
-        model=settings.model, tokenizer=settings.model, max_model_len=settings.max_model_len,
-        enable_prefix_caching=True, scheduling_policy="priority", disable_log_stats=True,
-        # On a CPU without native bf16, float32 runs several times faster; torch.compile costs minutes
-        # at start and gained nothing measurable here, so CPUs run eager.
-        dtype=("bfloat16" if cpu_has_bf16() else "float32") if on_cpu else "auto",
-        enforce_eager=on_cpu,
-        logits_processors=[PROCESSOR],  # forced answers take the recorded text's own tokens
-        use_tqdm_on_load=False,  # a progress bar for loading a model's shards, in the user's log
-    )
+    args = AsyncEngineArgs(**engine_args(settings, on_cpu))
     load = EngineLoad()
     # vLLM's CPU platform adds torch's libgomp and its tcmalloc to this process's LD_PRELOAD for its engine process,
     # from the config step on; the user's tests and commands must not run with them preloaded.

@@ -87,9 +87,10 @@ async def open_batch_engine(args: argparse.Namespace, instances: list[Instance])
 
             inner = SimEngine(PROFILES[args.sim])
         elif args.engine != "replay":
-            # not through a running tao serve: its API cannot force an answer (as for `tao run --replay FILE`)
+            # not through a running tao serve: its API cannot force an answer (as for `tao run --replay FILE`),
+            # and without drafts: vLLM takes no forcing logits processor beside them
             options = engine_options(argparse.Namespace(**{**vars(args), "replay": None}))
-            inner = await open_engine(replace(options, attach=False))
+            inner = await open_engine(replace(options, attach=False, drafts="off"))
         return ScriptedEngine.from_dir(args.replay, tasks, inner, args.seconds_per_token)
     if args.engine == "replay":
         raise UsageError("--engine replay in `tao swebench` needs --replay DIR: a folder with one "
