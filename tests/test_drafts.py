@@ -49,8 +49,14 @@ def test_vllm_builds_an_ngram_config_for_the_embedded_model(embedded_model: Path
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.usage.usage_lib import UsageContext
 
+    from harness.engine.vllm_local import START_METHOD
+    from harness.environ import kept_environment
+
     settings = VLLMSettings(model=str(embedded_model), name="test", max_model_len=2048, drafts="ngram")
-    config = AsyncEngineArgs(**engine_args(settings, on_cpu=True)).create_engine_config(UsageContext.ENGINE_CONTEXT)
+    # vLLM's config step puts its own libraries in this process's LD_PRELOAD, as the engine's start undoes: so here
+    with kept_environment("LD_PRELOAD", START_METHOD):
+        config = AsyncEngineArgs(**engine_args(settings, on_cpu=True)).create_engine_config(
+            UsageContext.ENGINE_CONTEXT)
     spec = config.speculative_config
     assert spec is not None and spec.method == "ngram"
     assert spec.num_speculative_tokens == NGRAM["num_speculative_tokens"]
