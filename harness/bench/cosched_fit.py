@@ -19,6 +19,7 @@ from typing import Any
 
 from harness import protocol
 from harness.bench.cosched_run import Workload
+from harness.bench.recordings import LiveSession
 from harness.bench.simtools import Book, sim_tools
 from harness.bench.trace_workload import with_call
 from harness.engine.recorded import Turn
@@ -77,9 +78,7 @@ def fit(workload: Workload, profile: Profile, tokens: Tokens | None = None, shar
             dropped.append(session.name)
             continue
         if steps < len(turns):
-            kept = [*turns[:steps - 1], final_answer(turns[steps - 1])]
-            session = replace(session, recording=replace(session.recording, turns=kept))
-            book = Book(book.session, book.calls[:steps - 1])
+            session, book = cut_at(session, book, steps)
             cut.append(session.name)
         sessions.append(session)
         books.append(book)
@@ -99,14 +98,19 @@ def first_steps(workload: Workload, steps: int) -> Workload:
         raise UsageError(f"--steps {steps}: keep at least {LEAST_STEPS} steps a session")
     sessions, books = [], []
     for session, book in zip(workload.sessions, workload.books):
-        turns = session.recording.turns
-        if len(turns) > steps:
-            kept = [*turns[:steps - 1], final_answer(turns[steps - 1])]
-            session = replace(session, recording=replace(session.recording, turns=kept))
-            book = Book(book.session, book.calls[:steps - 1])
+        if len(session.recording.turns) > steps:
+            session, book = cut_at(session, book, steps)
         sessions.append(session)
         books.append(book)
     return Workload(sessions, books, workload.model)
+
+
+def cut_at(session: LiveSession, book: Book, steps: int) -> tuple[LiveSession, Book]:
+    """The session's first `steps` turns, the last one its final answer, and the calls of the turns before it."""
+    turns = session.recording.turns
+    kept = [*turns[:steps - 1], final_answer(turns[steps - 1])]
+    shorter = replace(session, recording=replace(session.recording, turns=kept))
+    return shorter, Book(book.session, book.calls[:steps - 1])
 
 
 def prompt_tokens(workload: Workload, tokens: Tokens) -> list[list[int]]:
