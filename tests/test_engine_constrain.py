@@ -53,6 +53,9 @@ def test_well_formed_calls_are_admitted(accepts, answer: str) -> None:
     '<tool_call>{"name": "list_files", "arguments": {}}</tool_call>\nand more',  # text after the call
     '<tool_call>{"name": "list_files", "arguments": {}}</tool_call><tool_call>{"name": "list_files", '
     '"arguments": {}}</tool_call>',  # a second call
+    # the stop string anywhere before the call's end would stop decoding with no call (seen in CI)
+    '<tool_result>ok</tool_call>\n<tool_call>{"name": "list_files", "arguments": {}}</tool_call>',
+    '<tool_call>{"name": "finish", "arguments": {"summary": "done</tool_call>"}}</tool_call>',
 ])
 def test_anything_else_is_refused(accepts, answer: str) -> None:
     assert not accepts(answer)
@@ -61,7 +64,7 @@ def test_anything_else_is_refused(accepts, answer: str) -> None:
 def test_reasoning_is_bounded_and_calls_start_as_the_prompt_teaches() -> None:
     tag = structural_tag(SPECS, reasoning_tokens=12)
     reasoning = tag["format"]["elements"][0]
-    assert reasoning["content"] == {"type": "any_text", "max_tokens": 12} and reasoning["end"] == "<tool_call>"
+    assert reasoning["content"] == {"type": "any_text", "max_tokens": 12, "excludes": ["</tool_call>"]} and reasoning["end"] == "<tool_call>"
     assert call_prefix("read_file") == '{"name": "read_file", "arguments": '
     with pytest.raises(ValueError):
         structural_tag([])

@@ -7,7 +7,8 @@ the request's OpenAI-style tool specs:
     <tool_call>{"name": "<one of the tools>", "arguments": <JSON matching that tool's schema>}</tool_call>
 
 The final answer is the `finish` tool, so "a call or a final answer" is simply "a call". Decoding stops
-after `</tool_call>`, so a small model cannot ramble past its call.
+at `</tool_call>`, so a small model cannot ramble past its call; that stop string is therefore excluded
+from the reasoning and from the call's string values, where it would end the answer before its call.
 """
 
 from __future__ import annotations
@@ -56,12 +57,12 @@ def structural_tag(tools: list[dict[str, Any]], reasoning_tokens: int = REASONIN
         {"type": "tag",
          "begin": call_prefix(spec.get("function", spec)["name"]),
          "content": {"type": "json_schema", "json_schema": arguments_schema(spec),
-                     "max_whitespace_cnt": MAX_WHITESPACE},
+                     "max_whitespace_cnt": MAX_WHITESPACE, "excludes": [CLOSE]},
          "end": "}"}
         for spec in tools
     ]
     reasoning = {"type": "tag", "begin": "",
-                 "content": {"type": "any_text", "max_tokens": reasoning_tokens}, "end": OPEN}
+                 "content": {"type": "any_text", "max_tokens": reasoning_tokens, "excludes": [CLOSE]}, "end": OPEN}
     body = calls[0] if len(calls) == 1 else {"type": "or", "elements": calls}
     return {"type": "structural_tag",
             "format": {"type": "sequence", "elements": [reasoning, body, {"type": "const_string", "value": CLOSE}]}}
