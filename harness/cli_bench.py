@@ -20,6 +20,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
                 "many recorded sessions against one engine: fcfs, speculation, speculation + co-scheduler"),
     "drafts": ("harness.bench.drafts",
                "token-level speculation: decode speed with n-gram drafts off and on, on recorded sessions' prompts"),
+    "parallel": ("harness.bench.parallel",
+                 "recorded turns of several reads: their time side by side against the slowest and the sum apart"),
     "calibrate": ("harness.bench.calibrate", "fit the simulated engine's step time to the real vLLM engine here"),
     "cosched-plot": ("harness.bench.cosched_plot", "plot `tao bench cosched --json` results as a PNG"),
     "cosched-error": ("harness.bench.cosched_error",

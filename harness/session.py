@@ -223,6 +223,7 @@ class Session(BetweenTurns):
         self.emit(LLMStart(self.now(), self.steps, request.request_id, len(request.messages)))
         parser = protocol.CallParser(id_prefix=f"call_{self.steps}")
         self._prefixed: set[int] = set()  # calls whose first-argument prefix has been predicted on
+        self._written: protocol.ParsedCall | None = None  # the answer's first call, complete, until a second begins
         raw, native, usage, finish_reason = "", None, Usage(), None
         async for chunk in stream:
             if chunk.text:
@@ -390,8 +391,16 @@ class Session(BetweenTurns):
         if self.speculation is None:
             return
         match event:
-            case protocol.CallStart():
+            case protocol.CallStart(index=index):
+                if index > 0 and self._written is not None:  # a turn of several calls: the first one may start
+                    self.start_written(self._written)
+                self._written = None
                 self.launch(Moment.B, Partial(text=parser.text))
+            case protocol.CallDone(index=index, call=call):
+                if index == 0:
+                    self._written = call  # started only if a second call follows: alone, it ends the answer
+                else:
+                    self.start_written(call)
             case protocol.CallName(index=index, name=name):
                 if index == 0 and (speculation := self.active_speculation) is not None:
                     # its place may go to a candidate of this tool
@@ -401,6 +410,14 @@ class Session(BetweenTurns):
                 if len(prefix := args_prefix_of(raw)) >= PREFIX_CHARS:
                     self._prefixed.add(index)
                     self.launch(Moment.C, Partial(text=parser.text, name=name, args_prefix=prefix))
+
+    def start_written(self, call: protocol.ParsedCall) -> None:
+        """Start a call of a turn of several as soon as it is written out, while the answer goes on."""
+        if (speculation := self.active_speculation) is None:
+            return
+        spec = self.guarded("starting a written call", lambda: speculation.start_streamed(call, self.steps))
+        if spec is not None and spec.task is not None:
+            spec.task.add_done_callback(functools.partial(self.ready_when_done, spec))
 
     @property
     def active_speculation(self) -> SpeculationScheduler | None:

@@ -13,7 +13,8 @@ from textual.app import App, ComposeResult
 
 from harness.approval import Answer, ApprovalPolicy
 from harness.engine.recorded import ReplayEngine, Recording, Turn
-from harness.events import (Event, LLMEnd, SpecPromote, ToolCall, ToolResult, TrajectoryWriter, read_trajectory)
+from harness.events import (Event, LLMEnd, SpecLaunch, SpecPromote, ToolCall, ToolResult, TrajectoryWriter,
+                            read_trajectory)
 from harness.protocol import ParsedCall
 from harness.session import Session
 from harness.speculation.prediction.state import SessionState
@@ -229,3 +230,41 @@ def test_the_analyzer_gives_each_result_of_a_group_to_its_own_call() -> None:
     state.observe(ToolResult(0.1, 1, "c1", "read_file", "1 | x = 1"))
     state.observe(ToolResult(0.1, 1, "c2", "read_file", "Error: no such file", is_error=True))
     assert [(step.call_id, step.ok) for step in state.steps] == [("c1", True), ("c2", False)]
+
+
+async def test_calls_written_out_in_full_start_before_the_answer_ends_and_serve_the_turn(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    reads = [("read_file", {"path": "calc/ops.py"}), ("grep", {"pattern": "def add"}), ("list_files", {})]
+    answer = "Three at once.\n" + "\n".join(text_call(name, **arguments) for name, arguments in reads)
+    events: list[Event] = []
+    slow = ReplayEngine(Recording([Turn(answer), Turn(FINISH)]), seconds_per_token=0.002)  # the answer streams
+    run = Session("look around", slow, Workspace(repo), default_tools(), sinks=[events.append],
+                  analyzer=ScriptedAnalyzer())  # it predicts nothing: only the written calls start early
+    assert (await run.run()).status == "finished"
+    launches = of(events, SpecLaunch)
+    assert [(s.name, s.arguments) for s in launches] == [(name, arguments) for name, arguments in reads]
+    assert all(s.reason.startswith("streamed") for s in launches)
+    answered = next(e for e in events if isinstance(e, LLMEnd))
+    assert events.index(launches[-1]) < events.index(answered)  # all started while the answer still streamed
+    assert sorted(p.call_id for p in of(events, SpecPromote)) == ["call_1_0", "call_1_1", "call_1_2"]
+    plain: list[Event] = []
+    await session(repo, [Turn(answer), Turn(FINISH)], plain).run()
+    assert [r.output for r in of(events, ToolResult)] == [r.output for r in of(plain, ToolResult)]
+
+
+async def test_a_lone_call_is_not_started_early_and_a_read_after_an_edit_sees_the_edit(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    edit = text_call("edit_file", path="calc/ops.py", old='sum of a and b."""\n    return a - b',
+                     new='sum of a and b."""\n    return a + b')
+    read = text_call("read_file", path="calc/ops.py", start_line=4, end_line=7)
+    turns = [Turn(text_call("list_files")), Turn(read + edit + read), Turn(FINISH)]
+    events: list[Event] = []
+    assert (await session(repo, turns, events, analyzer=ScriptedAnalyzer()).run()).status == "finished"
+    # the lone list_files ends its answer: nothing to overlap, so nothing starts early for it
+    assert [s.step for s in of(events, SpecLaunch)] == [2]  # the first read, once the edit began; the second
+    # read is the same call, already running at the older version: it runs for real after the edit, as serially
+    first, edited, second = [r for r in of(events, ToolResult) if r.step == 2]
+    assert "a - b" in first.output and not edited.is_error and "a + b" in second.output
+    plain: list[Event] = []
+    await session(make_calc_repo(tmp_path / "plain"), turns, plain).run()
+    assert [r.output for r in of(events, ToolResult)] == [r.output for r in of(plain, ToolResult)]

@@ -44,6 +44,10 @@ from tools.textfile import TextFile
 _log = logging.getLogger(__name__)
 
 
+STREAMED = "streamed"
+"""The kind of a speculation that is a call the model has already written (`start_streamed`), not a guess."""
+
+
 class Unconfined(RuntimeError):
     """The sandbox cannot keep a speculative run off the real system on this machine."""
 
@@ -224,6 +228,29 @@ class SpeculationScheduler:
             return True
         sandboxed = sum(1 for s in running if self.tools[s.candidate.name].effect is Effect.SANDBOXED)
         return self._unconfined is None and sandboxed < self.budget.max_sandboxed
+
+    def start_streamed(self, call: ParsedCall, step: int) -> Speculation | None:
+        """Start a call the model has written out in full while its answer goes on (a turn of several calls):
+        it is not a guess, so no utility is asked of it; a sandboxed one still needs an overlay place."""
+        self.step = step
+        tool = self.tools.get(call.name)
+        if tool is None or tool.effect is Effect.MUTATING or call.name == "finish":
+            return None
+        args = validated(tool, call.arguments)
+        key = self._key(call.name, args) if args is not None else None
+        if args is None or key is None or key in self.specs:
+            return None  # refused by its schema (it runs for real, for the tool's error), or already running
+        version = self.workspace.refresh()
+        exact = exact_call(call.name, args)
+        if self._repeat(exact, version) is not None:
+            return None
+        running = [s for s in self.specs.values() if s.state is SpecState.RUNNING]
+        sandboxed = sum(1 for s in running if self.tools[s.candidate.name].effect is Effect.SANDBOXED)
+        if tool.effect is Effect.SANDBOXED and (self._unconfined is not None or sandboxed >= self.budget.max_sandboxed):
+            return None
+        candidate = Candidate(call.name, args, key, STREAMED, tool.effect.value, 1.0, 0.0, 0.0, 0.0,
+                              "streamed: written out in full, the answer still going on")
+        return self._start(candidate, Moment.C, version)
 
     def last_output(self, call: ParsedCall) -> str | None:
         """What the same call printed when it last really ran: a guess of its output, where it is a fair one."""
