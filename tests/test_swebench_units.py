@@ -1,4 +1,4 @@
-"""The pieces of `tao swebench` on their own: instance files, pytest's summary lines, the run report."""
+"""The pieces of `tao swebench` on their own: instance files, patches' files, the run report."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from harness.errors import UsageError
-from harness.swebench.evaluate import files_of, parse_pytest, run_report
+from harness.swebench.evaluate import files_of
 from harness.swebench.instances import load_instances
+from harness.swebench.official import run_report
 
 ROW = {"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc", "problem_statement": "broken",
        "test_patch": "", "FAIL_TO_PASS": '["t.py::test_a"]', "PASS_TO_PASS": [], "created_at": "2024"}
@@ -45,14 +46,6 @@ def test_duplicate_ids_and_missing_files_are_refused(tmp_path: Path) -> None:
         load_instances(tmp_path / "nope.jsonl")
 
 
-def test_pytest_summary_lines_give_each_test_its_status() -> None:
-    output = ("tests/a.py .F\n=== short test summary info ===\nPASSED tests/a.py::test_x\n"
-              "FAILED tests/a.py::test_y - AssertionError: 1 != 2\nERROR tests/b.py::test_z[1-2] - boom\n"
-              "SKIPPED [1] tests/c.py:3: no\n")
-    assert parse_pytest(output) == {"tests/a.py::test_x": "PASSED", "tests/a.py::test_y": "FAILED",
-                                    "tests/b.py::test_z[1-2]": "ERROR"}
-
-
 def test_files_of_a_patch() -> None:
     patch = "diff --git a/x.py b/x.py\n--- a/x.py\n+++ b/x.py\ndiff --git a/t/y.py b/t/y.py\nnew file mode 100644\n"
     assert files_of(patch) == ["x.py", "t/y.py"]
@@ -64,4 +57,4 @@ def test_run_report_counts_each_instance_once() -> None:
     report = run_report(["a", "b", "c", "d", "e"], preds, reports, setup_errors=["d"])
     assert report["resolved_ids"] == ["a"] and report["unresolved_ids"] == ["b"]
     assert report["empty_patch_ids"] == ["c"] and report["error_ids"] == ["d"]
-    assert report["submitted_instances"] == 4 and report["incomplete_ids"] == ["c", "d", "e"]
+    assert report["submitted_instances"] == 4 and report["incomplete_ids"] == ["e"]  # no prediction

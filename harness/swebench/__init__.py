@@ -4,7 +4,8 @@
     worktrees.py   a git worktree per instance at its base commit, from local clones
     scripted.py    a shared engine that replays one turn script per instance (tests, benchmarks)
     batch.py       the runner: N workers, one co-scheduled engine, resume, atomic per-instance outputs
-    evaluate.py    without Docker: apply test_patch, run FAIL_TO_PASS and PASS_TO_PASS, reports
+    evaluate.py    without Docker: apply test_patch, run FAIL_TO_PASS and PASS_TO_PASS in a worktree
+    official.py    the official swebench package grades those runs: log parsers, reports
     progress.py    the live progress table
-    cli.py         `tao swebench`
+    command.py     `tao swebench`
 """

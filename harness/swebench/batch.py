@@ -38,7 +38,8 @@ from harness.launch import SessionOptions, open_session
 from harness.session import EventSink, SessionConfig
 from harness.speculation.prediction.pattern_model import PatternModel
 from harness.speculation.prediction.patterns import Analyzer
-from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT, evaluate, run_report
+from harness.swebench import official
+from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT, evaluate, failed
 from harness.swebench.instances import Instance
 from harness.swebench.progress import BatchProgress
 from harness.swebench.worktrees import SetupError, add_worktree, find_clone, remove_worktree
@@ -111,6 +112,9 @@ class Layout:
     def report(self, instance_id: str) -> Path:
         return self.instance(instance_id) / "report.json"
 
+    def eval_log(self, instance_id: str) -> Path:
+        return self.instance(instance_id) / "eval.log"
+
     def worktree(self, instance_id: str) -> Path:
         return self.root / "worktrees" / instance_id
 
@@ -154,6 +158,7 @@ class Batch:
         self.paced_by_gateway = paced_by_gateway(self.engine)
         self.results: dict[str, dict[str, Any]] = {}
         self.reports: dict[str, dict[str, Any]] = {}
+        self.failures: dict[str, official.Failure] = {}  # what an unresolved instance's log suggests went wrong
         self._write_lock = asyncio.Lock()
         self._t0 = time.monotonic()
 
@@ -167,7 +172,7 @@ class Batch:
                 self.results[instance.instance_id] = result
                 report = read_json(self.layout.report(instance.instance_id))
                 if isinstance(report, dict) and instance.instance_id in report:
-                    self.reports[instance.instance_id] = report[instance.instance_id]
+                    self.graded(instance.instance_id, report[instance.instance_id])
 
     def todo(self) -> list[tuple[Instance, bool]]:
         """(instance, run the agent?) for every instance that needs work: a session, or only grading."""
@@ -246,7 +251,7 @@ class Batch:
     async def run_session(self, instance: Instance, tree: Path) -> dict[str, Any]:
         """One session on the instance's worktree; the result it leaves."""
         path = self.layout.trajectory(instance.instance_id)
-        for stale in (path, self.layout.report(instance.instance_id), path.with_name("eval.log")):
+        for stale in (path, self.layout.report(instance.instance_id), self.layout.eval_log(instance.instance_id)):
             stale.unlink(missing_ok=True)  # a rerun starts afresh
         writer = TrajectoryWriter(path)
         spec: dict[str, Any] = {}
@@ -282,20 +287,29 @@ class Batch:
                 "summary": "", "steps": 0, "seconds": 0.0, "output_tokens": 0, "speculation": {}, "model_patch": ""}
 
     async def grade(self, instance: Instance, tree: Path, result: dict[str, Any]) -> None:
-        """Evaluate the prediction in the worktree; write report.json and eval.log."""
-        report, log = await evaluate(instance, tree, result.get("model_patch"), self.config.eval_timeout,
-                                     self.config.eval_command)
-        folder = self.layout.instance(instance.instance_id)
-        write_atomic(folder / "eval.log", log)
-        write_json(self.layout.report(instance.instance_id), report)
-        self.reports[instance.instance_id] = report[instance.instance_id]
+        """Evaluate the prediction in the worktree; write eval.log and report.json."""
+        iid = instance.instance_id
+        entry = await evaluate(instance, tree, result.get("model_patch"), self.config.eval_timeout,
+                               self.layout.eval_log(iid), self.config.eval_command)
+        write_json(self.layout.report(iid), {iid: entry})
+        self.graded(iid, entry)
 
     async def grade_failed(self, instance: Instance, result: dict[str, Any], reason: str) -> None:
-        patch = result.get("model_patch") or ""
-        entry = {"patch_is_None": False, "patch_exists": bool(patch.strip()), "patch_successfully_applied": False,
-                 "resolved": False, "error": reason}
-        write_json(self.layout.report(instance.instance_id), {instance.instance_id: entry})
-        self.reports[instance.instance_id] = entry
+        """Report a finished prediction that could not be graded: its repository could not be set up."""
+        iid = instance.instance_id
+        entry = await asyncio.to_thread(failed, instance, result.get("model_patch") or "", self.layout.eval_log(iid),
+                                        official.reset_failed_log(reason), reason)
+        write_json(self.layout.report(iid), {iid: entry})
+        self.graded(iid, entry)
+
+    def graded(self, instance_id: str, entry: dict[str, Any]) -> None:
+        """Keep an instance's report and, when grading, what its log suggests went wrong unless it is resolved
+        (read once here rather than at every run report)."""
+        self.reports[instance_id] = entry
+        self.failures.pop(instance_id, None)
+        if self.config.evaluate and not entry.get("resolved"):
+            if found := official.classify(self.layout.eval_log(instance_id)):
+                self.failures[instance_id] = found
 
     async def finish(self, instance: Instance, result: dict[str, Any]) -> None:
         """Record a done instance: result.json (last of its files), then the predictions and summary."""
@@ -322,9 +336,10 @@ class Batch:
             summary = self.summary(ordered, time.monotonic() - self._t0)
             write_json(self.config.output / "summary.json", summary)
             if self.config.evaluate:
-                report = run_report([i.instance_id for i in self.instances],
-                                    {p["instance_id"]: p["model_patch"] for p in preds}, self.reports,
-                                    [r["instance_id"] for r in ordered if r.get("stage") != "session"])
+                report = official.run_report([i.instance_id for i in self.instances],
+                                             {p["instance_id"]: p["model_patch"] for p in preds}, self.reports,
+                                             [r["instance_id"] for r in ordered if r.get("stage") != "session"],
+                                             self.failures)
                 name = self.config.model_name.replace("/", "__")
                 write_json(self.config.output / f"{name}.{self.config.run_id}.json", report)
             return summary

@@ -19,6 +19,7 @@ from typing import Any
 from harness.engine.api import Engine
 from harness.errors import UsageError
 from harness.session import SessionConfig
+from harness.swebench import official
 from harness.swebench.batch import Batch, BatchConfig, paced_by_gateway
 from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT
 from harness.swebench.instances import Instance, load_instances
@@ -41,7 +42,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", type=Path, required=True, help="output folder (a rerun with it resumes)")
     p.add_argument("--workers", type=int, default=1, help="instances worked on at once (default 1)")
     p.add_argument("--evaluate", action="store_true",
-                   help="grade each prediction without Docker: test_patch, FAIL_TO_PASS and PASS_TO_PASS")
+                   help="grade each prediction without Docker (test_patch, FAIL_TO_PASS, PASS_TO_PASS) by the "
+                        "official swebench package's rules (the eval extra)")
     p.add_argument("--redo", action="store_true", help="run every instance again, even finished ones")
     p.add_argument("--keep-worktrees", action="store_true",
                    help="keep each instance's worktree under OUTPUT/worktrees")
@@ -108,6 +110,8 @@ async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
     if not args.repos.is_dir():
         raise UsageError(f"--repos {args.repos} is not a folder; give the folder that holds the local clones")
     instances = load_instances(args.instances)
+    if args.evaluate:
+        official.check(instances)  # before any session: the grading package is there and knows every instance
     config = BatchConfig(
         output=args.output, repos=args.repos, workers=args.workers, redo=args.redo, evaluate=args.evaluate,
         session=SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time, max_tokens=args.max_tokens),

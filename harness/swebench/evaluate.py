@@ -1,11 +1,11 @@
 """Grade a prediction without Docker: the model's patch and the instance's test_patch on a worktree at
-base_commit, then FAIL_TO_PASS and PASS_TO_PASS run with the repository's test runner (pytest node ids).
+base_commit, then FAIL_TO_PASS and PASS_TO_PASS run with the repository's test runner (pytest node ids by
+default), in this machine's Python environment rather than the official harness's Docker image.
 
-Reports have the shape of the official harness's: a per-instance `report.json`
-(`{instance_id: {patch_is_None, patch_exists, patch_successfully_applied, resolved, tests_status}}`)
-and a run report (`<model>.<run_id>.json`: total, submitted, completed, resolved, unresolved, empty
-patch and error counts and id lists, schema_version 2). A verdict here is only as good as the machine's
-Python environment for the repository; the official harness builds that environment in Docker.
+What the run means is the official swebench package's to say (official.py): its log parser reads the test
+log, its grading builds the per-instance report (`{instance_id: {patch_is_None, patch_exists,
+patch_successfully_applied, resolved, infra_failure, tests_status}}`), plus `error` here when grading could
+not finish. A verdict is only as good as the machine's environment for the repository.
 """
 
 from __future__ import annotations
@@ -14,28 +14,27 @@ import asyncio
 import re
 import shlex
 import sys
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import git
 
+from harness.swebench import official
 from harness.swebench.instances import Instance
 from harness.swebench.worktrees import SetupError, apply_patch, reset_worktree
 from sandbox.process import run_process
 from tools.run_tests import deterministic_env
 
 DEFAULT_EVAL_TIMEOUT = 1800.0
-_STATUS = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED)\s+(\S+)")
 _DIFF_FILE = re.compile(r"^diff --git a/(\S+) b/", re.MULTILINE)
 
 
 @dataclass(frozen=True)
 class TestRun:
-    """What one run of the tests said about each test id."""
+    """One run of the tests: the command line, what it printed, how it ended."""
 
-    statuses: dict[str, str]  # test id -> PASSED, FAILED, ERROR, XFAIL, XPASS, SKIPPED
+    command: str
     output: str
     exit_code: int | None
     timed_out: bool
@@ -48,33 +47,11 @@ def default_test_command(tree: Path) -> str:
     return f"{python} -m pytest -rA -p no:cacheprovider"
 
 
-def parse_pytest(output: str) -> dict[str, str]:
-    """Test id -> status from pytest's `-rA` short summary lines."""
-    statuses: dict[str, str] = {}
-    for line in output.splitlines():
-        match = _STATUS.match(line.strip())
-        if match and "::" in match.group(2):
-            statuses[match.group(2)] = match.group(1)
-    return statuses
-
-
 async def run_tests(tree: Path, tests: list[str], timeout: float, command: str | None = None) -> TestRun:
     """Run the given test ids in the worktree; the whole process group dies at the timeout."""
     line = f"{command or default_test_command(tree)} {' '.join(shlex.quote(t) for t in tests)}"
     result = await run_process(["bash", "-c", line], tree, timeout=timeout, env=deterministic_env())
-    return TestRun(parse_pytest(result.text), f"$ {line}\n{result.text}", result.exit_code, result.timed_out)
-
-
-def tests_status(instance: Instance, statuses: dict[str, str]) -> dict[str, dict[str, list[str]]]:
-    """Success and failure per list, as the official report has them (missing tests count as failures)."""
-    def passed(test: str) -> bool:
-        return statuses.get(test) in ("PASSED", "XFAIL")
-
-    def split(tests: list[str]) -> dict[str, list[str]]:
-        return {"success": [t for t in tests if passed(t)], "failure": [t for t in tests if not passed(t)]}
-
-    return {"FAIL_TO_PASS": split(instance.fail_to_pass), "PASS_TO_PASS": split(instance.pass_to_pass),
-            "FAIL_TO_FAIL": {"success": [], "failure": []}, "PASS_TO_FAIL": {"success": [], "failure": []}}
+    return TestRun(line, result.text, result.exit_code, result.timed_out)
 
 
 def files_of(patch: str) -> list[str]:
@@ -104,48 +81,35 @@ def _exists_at(repo: git.Repo, commit: str, path: str) -> bool:
         return False
 
 
-async def evaluate(instance: Instance, tree: Path, model_patch: str | None, timeout: float,
-                   command: str | None = None) -> tuple[dict[str, Any], str]:
-    """The instance's official-shape report (plus `error` when grading could not finish) and the test log."""
-    entry: dict[str, Any] = {"patch_is_None": model_patch is None, "patch_exists": bool((model_patch or "").strip()),
-                             "patch_successfully_applied": False, "resolved": False}
-    if not entry["patch_exists"]:
-        return {instance.instance_id: entry}, "empty patch: nothing to evaluate\n"
+async def evaluate(instance: Instance, tree: Path, model_patch: str | None, timeout: float, log: Path,
+                   command: str | None = None) -> dict[str, Any]:
+    """Grade the prediction in the worktree: the test log goes to `log`; returns the instance's report as
+    report.json holds it under the instance id, with `error` when grading could not finish."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    if not (model_patch or "").strip():
+        log.write_text("empty patch: nothing to evaluate\n", encoding="utf-8")
+        return await asyncio.to_thread(official.instance_report, instance, model_patch, log)
     try:
         await asyncio.to_thread(prepare, tree, instance, model_patch or "")
     except SetupError as exc:
-        entry["error"] = str(exc)
-        entry["patch_successfully_applied"] = "test_patch" in str(exc)
-        return {instance.instance_id: entry}, f"{exc}\n"
-    entry["patch_successfully_applied"] = True
+        reason = str(exc)
+        entry = await asyncio.to_thread(failed, instance, model_patch, log, official.patch_failed_log(reason), reason)
+        entry["patch_successfully_applied"] = "test_patch" in reason  # the model's patch did apply
+        return entry
     run = await run_tests(tree, [*instance.fail_to_pass, *instance.pass_to_pass], timeout, command)
+    log.write_text(official.test_log(run.command, run.output, run.exit_code, run.timed_out, timeout), encoding="utf-8")
+    entry = await asyncio.to_thread(official.instance_report, instance, model_patch, log)  # large logs parse slowly
     if run.timed_out:
         entry["error"] = (f"the tests ran longer than {timeout:g} s and were killed; raise --eval-timeout "
                           "or fix the hanging test")
-        return {instance.instance_id: entry}, run.output + f"\n[{entry['error']}]\n"
-    status = tests_status(instance, run.statuses)
-    entry["tests_status"] = status
-    entry["resolved"] = not status["FAIL_TO_PASS"]["failure"] and not status["PASS_TO_PASS"]["failure"]
-    return {instance.instance_id: entry}, run.output
+    return entry
 
 
-def run_report(instance_ids: Iterable[str], predictions: dict[str, str], reports: dict[str, dict[str, Any]],
-               setup_errors: Iterable[str] = ()) -> dict[str, Any]:
-    """The run report in the official harness's shape (schema_version 2)."""
-    ids = list(instance_ids)
-    submitted = [i for i in ids if i in predictions]
-    failed = set(setup_errors)
-    empty = [i for i in submitted if not predictions[i].strip() and i not in failed]
-    graded = {i: reports[i] for i in submitted if i in reports and i not in empty and i not in failed}
-    completed = [i for i, r in graded.items() if "error" not in r]
-    errors = sorted({*failed & set(submitted), *(i for i, r in graded.items() if "error" in r)})
-    resolved = [i for i in completed if graded[i].get("resolved")]
-    unresolved = [i for i in completed if not graded[i].get("resolved")]
-    return {
-        "total_instances": len(ids), "submitted_instances": len(submitted), "completed_instances": len(completed),
-        "resolved_instances": len(resolved), "unresolved_instances": len(unresolved),
-        "empty_patch_instances": len(empty), "error_instances": len(errors),
-        "completed_ids": sorted(completed), "incomplete_ids": sorted(set(ids) - set(completed)),
-        "empty_patch_ids": sorted(empty), "submitted_ids": sorted(submitted), "resolved_ids": sorted(resolved),
-        "unresolved_ids": sorted(unresolved), "error_ids": errors, "schema_version": 2,
-    }
+def failed(instance: Instance, model_patch: str | None, log: Path, text: str, reason: str) -> dict[str, Any]:
+    """The report of a grading that could not run the tests: `text` (one of official's failure logs) goes to
+    the log, `reason` to the report's `error`."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(text, encoding="utf-8")
+    entry = official.instance_report(instance, model_patch, log)
+    entry["error"] = reason
+    return entry
