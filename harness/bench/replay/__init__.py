@@ -22,7 +22,7 @@ from typing import Any
 from harness.bench.replay import load as replay_load
 from harness.bench.replay import sequential as replay_sequential
 from harness.bench.predict import split
-from harness.bench.replay.policies import BUDGET, POLICIES, SINGLE, TAKE, Tally, plans
+from harness.bench.replay.policies import BUDGET, ORACLES, POLICIES, SINGLE, TAKE, Tally, plans
 from harness.bench.replay.trace import Trace, build, decide
 from harness.bench.timeline import Plan, Timeline, simulate
 from harness.speculation.prediction.pattern_model import PatternModel
@@ -68,7 +68,7 @@ def quantile(values: list[float], q: float) -> float:
 def timelines(prepared: list[Prepared], tpot: float, prefill_tps: float) -> dict[str, list[Timeline]]:
     """Every run's timeline of every trajectory at one time per token."""
     return {policy: [simulate(p.trace.steps, p.plans[policy], tpot, prefill_tps,
-                              0.0 if policy in ("baseline", "oracle", "oracle_obs", "oracle_speculable") else TAKE)
+                              0.0 if policy == "baseline" or policy in ORACLES else TAKE)
                      for p in prepared] for policy in POLICIES}
 
 
