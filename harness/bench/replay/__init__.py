@@ -124,6 +124,9 @@ def accuracy(prepared: list[Prepared]) -> dict[str, Any]:
             "a_top3": top3 / len(decided) if decided else 0.0, "measured_durations": measured,
             "measured_share": measured / every if every else 0.0,
             "launched": sum(p.tallies["tao"].launched for p in prepared),
+            "served_by_run": {run: sum(p.tallies[run].served for p in prepared) for run in POLICIES},
+            "later_calls": sum(not c.first for p in prepared for c in p.trace.all_calls()),
+            "later_served": sum(p.tallies["tao"].later for p in prepared),
             "warmed": sum(p.tallies["tao"].warmed for p in prepared),
             "ruled_out_wrongly": sum(p.tallies["tao"].ruled_out_wrongly for p in prepared)}
 

@@ -68,6 +68,7 @@ class Tally:
 
     calls: int = 0
     served: int = 0  # results taken from a speculation or a known result
+    later: int = 0  # of them, calls after the first of their model turn
     by_moment: dict[str, int] = field(default_factory=dict)
     warmed: int = 0
     launched: int = 0
@@ -130,6 +131,7 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
             tally.warmed += warm == "warm"
             if launch.at is not None:
                 tally.served += 1
+                tally.later += not info.first
                 tally.by_moment[launch.at] = tally.by_moment.get(launch.at, 0) + 1
             if not changes_workspace(info.action):
                 seen[info.action.key] = info.version
