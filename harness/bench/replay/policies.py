@@ -27,8 +27,8 @@
   state it runs on, so it needs only that state: the state after the last call that changed the
   workspace before it (its recorded version's maker) exists once that call has fully streamed in its
   model turn (its arguments complete, moment (m)) and has been applied, taking its own recorded seconds
-  (the session's start for the initial workspace; a later mutation of the maker's turn is not waited
-  for, which only makes the bound looser). So such a call may start many turns before the model asks
+  (the session's start for the initial workspace; the maker's turn's earlier mutations are taken as
+  applied by then, which only makes the bound looser). So such a call may start many turns before the model asks
   for it, but not before the mutation it reads has streamed, unless `oracle` starts it sooner (at (o):
   that oracle foresees the edit itself and runs it from its turn's start, so that its state exists
   before it has streamed; the earlier of the two is taken). A known result is served at once, and a
