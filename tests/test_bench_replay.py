@@ -124,6 +124,7 @@ def test_plans_when_every_prediction_misses() -> None:
     assert line.wasted > 0
     oracle = simulate(trace.steps, plans(trace, "oracle")[0], TPOT, TPS)
     assert oracle.total <= line.total
+    assert simulate(trace.steps, plans(trace, "oracle_mut")[0], TPOT, TPS).total <= oracle.total
 
 
 class LateAnalyzer:

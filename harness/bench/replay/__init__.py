@@ -22,7 +22,7 @@ from typing import Any
 from harness.bench.replay import load as replay_load
 from harness.bench.replay import sequential as replay_sequential
 from harness.bench.predict import split
-from harness.bench.replay.policies import BUDGET, POLICIES, SINGLE, TAKE, Tally, plans
+from harness.bench.replay.policies import BUDGET, ORACLES, POLICIES, SINGLE, TAKE, Tally, plans
 from harness.bench.replay.trace import Trace, build, decide
 from harness.bench.timeline import Plan, Timeline, simulate
 from harness.speculation.prediction.pattern_model import PatternModel
@@ -68,7 +68,7 @@ def quantile(values: list[float], q: float) -> float:
 def timelines(prepared: list[Prepared], tpot: float, prefill_tps: float) -> dict[str, list[Timeline]]:
     """Every run's timeline of every trajectory at one time per token."""
     return {policy: [simulate(p.trace.steps, p.plans[policy], tpot, prefill_tps,
-                              0.0 if policy in ("baseline", "oracle", "oracle_obs", "oracle_speculable") else TAKE)
+                              0.0 if policy == "baseline" or policy in ORACLES else TAKE)
                      for p in prepared] for policy in POLICIES}
 
 
@@ -124,6 +124,9 @@ def accuracy(prepared: list[Prepared]) -> dict[str, Any]:
             "a_top3": top3 / len(decided) if decided else 0.0, "measured_durations": measured,
             "measured_share": measured / every if every else 0.0,
             "launched": sum(p.tallies["tao"].launched for p in prepared),
+            "served_by_run": {run: sum(p.tallies[run].served for p in prepared) for run in POLICIES},
+            "later_calls": sum(not c.first for p in prepared for c in p.trace.all_calls()),
+            "later_served": sum(p.tallies["tao"].later for p in prepared),
             "warmed": sum(p.tallies["tao"].warmed for p in prepared),
             "ruled_out_wrongly": sum(p.tallies["tao"].ruled_out_wrongly for p in prepared)}
 

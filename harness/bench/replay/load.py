@@ -10,7 +10,8 @@ session alone sees `tpot` exactly. The KV cache holds `kv_tokens` (that profile'
 taken as resident when the contexts of the sessions used since its last request, its own included, fit
 (least recently used first out); otherwise its whole context is prefilled again. Tools and speculation
 follow each run's plan (harness.bench.timeline.serve): a speculation started at (a) starts when the
-request is sent, so waiting for admission hides more tool time. Runs:
+request is sent, so waiting for admission hides more tool time; one at (m), after a mutation has
+streamed, when the answer that holds it ends. Runs:
 
 - baseline: no speculation, every request admitted at once (plain vLLM, FCFS);
 - tao: Tao's plans, FCFS; tao_cosched: Tao's plans, requests paced by the co-scheduler's rule
@@ -64,6 +65,7 @@ class SimSession:
     produced: int = 0
     prefill: float = 0.0
     moments: dict[str, float] = field(default_factory=dict)
+    done: dict[tuple[int, int], float] = field(default_factory=dict)  # (step, call) -> its answer's end
     finished: float | None = None
 
     @property
@@ -228,9 +230,10 @@ def _finish(s: SimSession, end: float, prefill_tps: float) -> None:
     """The answer ended at `end`: run its calls as planned and schedule the next request."""
     step, plan = s.steps[s.step], s.plans[s.step] if s.step < len(s.plans) else Plan()
     cursor = end
+    s.done.update({(s.step, i): end for i in range(len(step.calls))})  # (m): a call streamed by the answer's end
     for i, seconds in enumerate(step.calls):
         launch = plan.launches[i] if i < len(plan.launches) else Launch()
-        cursor = serve(cursor, seconds, launch, s.moments, s.overhead)
+        cursor = serve(cursor, seconds, launch, s.moments, s.overhead, s.done)
     s.context += step.output_tokens
     nxt = s.steps[s.step + 1].prefill_tokens / prefill_tps if s.step + 1 < len(s.steps) else 0.0
     s.hidden = min(nxt, cursor - end) if plan.warm == "warm" else 0.0

@@ -9,17 +9,36 @@
   warms the next prompt on its last output (AOSpec's guess).
   A call after the first of a turn is served by a speculation launched for the turn that is its exact
   call, as the loop keeps those when it takes the first (`SpeculationScheduler.expect`).
+  Past a mutation (Tao's too): once an edit or a write has fully streamed (its arguments complete,
+  before the model's turn ends), the call the analyzer predicts to follow it (`CallInfo.chained`, the
+  first it may run by utility: pure or sandboxed) starts in an overlay where that edit (and the turn's
+  edits before it) has been applied: at (m), after OVERLAY_CREATE and the edits' own seconds, with the
+  sandbox's run cost. It serves only the next real call, and only if that is exactly the prediction
+  (a recorded edit always lands identically in a replay); otherwise it is a miss.
 - paste: patterns at (a) only. spork: speculation from the streamed answer only, at (b), (c).
-  aospec: observation speculation only (every call's last output, whatever its effect).
+  aospec: observation speculation only (every call's last output, whatever its effect). chain: speculation
+  past a mutation only, as above.
 - oracle: every call started when the model call that emits it starts, at no cost (a result known at
   this version served at once, as for Tao, so the oracle bounds Tao). oracle_obs: also every
   observation foreseen, so the next prefill is hidden too. oracle_speculable: the oracle restricted
   to the calls Tao may speculate at all (not mutating, not `finish`): the bound of a perfect analyzer.
+- oracle_mut, the oracle past mutations: a call starts as soon as every input it depends on exists, at
+  no cost. The oracle knows every call; a pure or sandboxed call's result depends only on the workspace
+  state it runs on, so it needs only that state: the state after the last call that changed the
+  workspace before it (its recorded version's maker) exists once that call has fully streamed in its
+  model turn (its arguments complete, moment (m)) and has been applied, taking its own recorded seconds
+  (the session's start for the initial workspace; the maker's turn's earlier mutations are taken as
+  applied by then, which only makes the bound looser). So such a call may start many turns before the model asks
+  for it, but not before the mutation it reads has streamed, unless `oracle` starts it sooner (at (o):
+  that oracle foresees the edit itself and runs it from its turn's start, so that its state exists
+  before it has streamed; the earlier of the two is taken). A known result is served at once, and a
+  mutating, unknown or `finish` call, or one whose workspace is made in its own turn, starts at (o) as
+  in `oracle`: every call starts no later than in `oracle`, or than in Tao's chain, so it bounds both.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from harness.bench.replay.trace import CallInfo, Trace, hit, runnable
 from harness.bench.timeline import Launch, Miss, Plan
@@ -31,8 +50,10 @@ from harness.speculation.running.scheduler import Budget
 from tools.base import Effect
 from tools.masking import mask_run
 
-POLICIES = ("baseline", "tao", "paste", "spork", "aospec", "oracle", "oracle_obs", "oracle_speculable")
-SINGLE = ("paste", "spork", "aospec")
+POLICIES = ("baseline", "tao", "paste", "spork", "aospec", "chain", "oracle", "oracle_obs", "oracle_speculable",
+            "oracle_mut")
+SINGLE = ("paste", "spork", "aospec", "chain")
+ORACLES = ("oracle", "oracle_obs", "oracle_speculable", "oracle_mut")
 BUDGET = Budget()  # Tao's scheduler budget on this machine: top-3, 4 running, cpu_count // 2 in overlays
 # Measured costs (docs/BENCHMARKS.md, "Sandbox" and "Live speculation"), seconds:
 PURE_LAUNCH = 0.001  # starting a pure speculation on the workspace
@@ -47,6 +68,7 @@ class Tally:
 
     calls: int = 0
     served: int = 0  # results taken from a speculation or a known result
+    later: int = 0  # of them, calls after the first of their model turn
     by_moment: dict[str, int] = field(default_factory=dict)
     warmed: int = 0
     launched: int = 0
@@ -69,10 +91,12 @@ class Spec:
     moments: tuple[str, ...] = ()
     repeats: bool = False
     warm: str = ""  # "", "sandboxed" (Tao: slow calls that ran for real), "any" (AOSpec-like)
+    chain: bool = False  # past a mutation: the call after a streamed edit starts in an overlay at (m)
 
 
-SPECS = {"baseline": Spec(), "tao": Spec(("a", "b", "c"), True, "sandboxed"), "paste": Spec(("a",)),
-         "spork": Spec(("b", "c")), "aospec": Spec(warm="any")}
+SPECS = {"baseline": Spec(), "tao": Spec(("a", "b", "c"), True, "sandboxed", True), "paste": Spec(("a",)),
+         "spork": Spec(("b", "c")), "aospec": Spec(warm="any"), "chain": Spec(chain=True)}
+Held = tuple[Candidate, Launch]  # a chained speculation waiting for the next real call
 
 
 def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan], Tally]:
@@ -80,14 +104,24 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
     tally = Tally()
     seen: dict[str, int] = {}  # key -> workspace version it last ran at
     last: dict[str, str] = {}  # key -> its last output
+    makers: dict[int, tuple[tuple[int, int], float] | None] = {}  # version -> the call that made it, its seconds
+    previous: tuple[tuple[int, int], float] | None = None
+    held: Held | None = None
     out = []
-    for step_calls in trace.calls:
+    for s, step_calls in enumerate(trace.calls):
         launches, warm = [], ""
         misses: list[Miss] = []
         spares: list[Spare] = []
-        for info in step_calls:
+        for i, info in enumerate(step_calls):
             tally.calls += 1
-            launch, missed, spared = _serve(info, policy, seen, tally, budget, trace.root)
+            makers.setdefault(info.version, previous)
+            missed: list[Miss]
+            spared: list[Spare]
+            if policy == "oracle_mut":
+                launch, missed, spared = _past(info, s, makers[info.version], seen), [], []
+            else:
+                launch, missed, spared = _serve(info, policy, seen, tally, budget, trace.root, held)
+            held = None
             if launch.at is None and not info.first:
                 launch = _spare(info, spares, misses)
             launches.append(launch)
@@ -97,12 +131,44 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
             tally.warmed += warm == "warm"
             if launch.at is not None:
                 tally.served += 1
+                tally.later += not info.first
                 tally.by_moment[launch.at] = tally.by_moment.get(launch.at, 0) + 1
             if not changes_workspace(info.action):
                 seen[info.action.key] = info.version
             last[info.action.key] = info.output
+            previous = ((s, i), info.seconds)
+            if policy in SPECS and SPECS[policy].chain:
+                held = _chain(step_calls[:i + 1], s)
+                tally.launched += held is not None
         out.append(Plan(tuple(launches), "full" if policy == "oracle_obs" else warm, tuple(misses)))
     return out, tally
+
+
+def _past(info: CallInfo, s: int, maker: tuple[tuple[int, int], float] | None, seen: dict[str, int]) -> Launch:
+    """oracle_mut: a pure or sandboxed call starts once the workspace it reads exists (module docstring)."""
+    if _known(info, seen):
+        return Launch("r")
+    if (info.action.effect not in (Effect.PURE, Effect.SANDBOXED) or info.call.name == "finish"
+            or (maker is not None and maker[0][0] == s)):
+        return Launch("o")
+    return Launch("m", after=maker[0] if maker else None, apply=maker[1] if maker else 0.0, sooner="o")
+
+
+def _chain(turn: list[CallInfo], s: int) -> Held | None:
+    """The speculation an edit or a write that has just streamed (the turn's last call so far) starts: its
+    predicted follower, in an overlay where the turn's changes so far are applied (all of them edits or writes)."""
+    info = turn[-1]
+    if not info.chains() or not info.chained:
+        return None
+    changes = [c for c in turn if changes_workspace(c.action)]
+    if not all(c.chains() for c in changes):
+        return None  # an earlier change of the turn is no edit: Tao applies nothing else in an overlay
+    candidate = next((c for c in sorted(info.chained, key=lambda c: -c.utility) if runnable(c)), None)
+    if candidate is None:
+        return None
+    launch = Launch("m", OVERLAY_CREATE, SANDBOX_RUN, after=(s, len(turn) - 1),
+                    apply=sum(c.seconds for c in changes))
+    return replace(candidate, effect=Effect.SANDBOXED), launch  # it runs in an overlay whatever its effect
 
 
 def _known(info: CallInfo, seen: dict[str, int]) -> bool:
@@ -120,7 +186,8 @@ def _spare(info: CallInfo, spares: list[Spare], misses: list[Miss]) -> Launch:
 
 
 def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budget: Budget,
-           root: str) -> tuple[Launch, list[Miss], list[Spare]]:
+           root: str, held: Held | None = None) -> tuple[Launch, list[Miss], list[Spare]]:
+    """How `policy` serves one call; `held` is a chained speculation started for it after an edit."""
     if policy in ("oracle", "oracle_obs"):
         return (Launch("r") if _known(info, seen) else Launch("o")), [], []
     if policy == "oracle_speculable":
@@ -130,24 +197,40 @@ def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budg
         return (Launch("o") if may else Launch()), [], []
     spec = SPECS[policy]
     if spec.repeats and _known(info, seen):
-        return Launch("r"), [], []
-    if not spec.moments or not info.first or info.decision is None:
-        return Launch(), [], []
-    return _speculate(info, spec.moments, tally, budget, root)
+        return Launch("r"), _missed(held), []
+    if spec.moments and info.first and info.decision is not None:
+        return _speculate(info, spec.moments, tally, budget, root, held)
+    if held is not None and held[0].key == info.action.key:
+        return held[1], [], []
+    return Launch(), _missed(held), []
+
+
+def _missed(held: Held | None) -> list[Miss]:
+    """A chained speculation that did not serve: it ran from (m) until the real call came."""
+    if held is None:
+        return []
+    candidate, launch = held
+    return [Miss("m", candidate.latency_saved, _fixed(candidate), after=launch.after)]
 
 
 def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: Budget,
-               root: str) -> tuple[Launch, list[Miss], list[Spare]]:
+               root: str, held: Held | None = None) -> tuple[Launch, list[Miss], list[Spare]]:
     """Launch candidates moment by moment as the scheduler admits them; the call's own, if any, serves it.
 
-    At (c) the call's name and first characters rule out running speculations that cannot be it (the
-    live scheduler's `narrow`), which frees their places for (c)'s candidates."""
+    A chained speculation started after an edit (`held`) already runs and holds its place; it serves if it
+    is exactly the call. At (c) the call's name and first characters rule out running speculations that
+    cannot be it (the live scheduler's `narrow`), which frees their places for (c)'s candidates."""
     assert info.decision is not None
     running: list[tuple[str, Candidate]] = []
     ruled_out: list[tuple[str, Candidate]] = []
     launched: dict[int, Launch] = {}  # id of a running candidate -> how it would serve a call
     served: Launch | None = None
     winner: Candidate | None = None
+    if held is not None:
+        running.append(("m", held[0]))
+        launched[id(held[0])] = held[1]
+        if held[0].key == info.action.key:
+            served, winner = held[1], held[0]
     for moment in moments:
         if moment == "c":
             prefix = first_value(info.call.arguments)[:PREFIX_CHARS]
@@ -167,10 +250,10 @@ def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: B
             launched[id(candidate)] = Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
             if served is None and hit(info, [candidate]):
                 served, winner = launched[id(candidate)], candidate
-    spares = [Spare(c, launched[id(c)], Miss(m, c.latency_saved, _fixed(c))) for m, c in running
-              if served is None or c is not winner]
+    spares = [Spare(c, launched[id(c)], Miss(m, c.latency_saved, _fixed(c), after=launched[id(c)].after))
+              for m, c in running if served is None or c is not winner]
     misses = [spare.miss for spare in spares]
-    misses += [Miss(m, c.latency_saved, _fixed(c), until="c") for m, c in ruled_out]
+    misses += [Miss(m, c.latency_saved, _fixed(c), until="c", after=launched[id(c)].after) for m, c in ruled_out]
     return served or Launch(), misses, spares
 
 

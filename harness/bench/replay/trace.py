@@ -5,7 +5,10 @@ Token counts: a step's output tokens are the recorded ones where the trace has t
 length / CHARS_PER_TOKEN. Its new prompt tokens are those of what came back since the last model call
 (observations, format errors; the first call: the agent's instructions and the task): the previous
 prompt and answer are in the prefix cache. Tool seconds come from `tool_seconds` (harness.bench.replay.tool_times).
-The analyzer's decisions are made by harness.speculation.prediction.rehearsal, which never looks ahead.
+The analyzer's decisions are made by harness.speculation.prediction.rehearsal, which never looks ahead;
+right after an edit or a write has streamed (its result not yet known) it is also asked for the call that
+follows (`CallInfo.chained`). A call has fully streamed where its first argument ends in the answer's
+text (hidden thinking first), or else at the answer's end.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ from harness.bench.predict import covered
 from harness.bench.replay.tool_times import tool_seconds
 from harness.bench.timeline import Step
 from harness.events import Event, FormatError, LLMEnd, SessionStart, ToolCall, ToolResult
-from harness.calls.action import Action
+from harness.calls.action import EDIT, WRITE, Action
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.extract import reasoning_part
 from harness.speculation.prediction.patterns import Analyzer, Candidate
 from harness.speculation.prediction.rehearsal import PREFIX_CHARS, Decision, replay
 from harness.protocol import ParsedCall
 from harness.together import groups
+from harness.vocabulary import Moment
 from tools import TOOL_EFFECTS
 from tools.base import Effect
 
@@ -50,6 +54,11 @@ class CallInfo:
     version: int = 0  # workspace version before the call
     decision: Decision | None = None
     first: bool = True  # the first call of its model turn (the only one speculated ahead of the answer)
+    chained: list[Candidate] | None = None  # an edit's or write's: the next call predicted once it streamed
+
+    def chains(self) -> bool:
+        """Whether the call is an edit or a write, applied in an overlay once streamed, to run its follower."""
+        return self.action.effect == Effect.MUTATING and self.action.kind in (EDIT, WRITE)
 
 
 @dataclass
@@ -109,7 +118,27 @@ def _step(turn: dict[str, object], calls: list[CallInfo]) -> Step:
     reason = min(output, hidden + tokens(reasoning))
     prefix = CALL_OPEN_TOKENS + round(PREFIX_CHARS / CHARS_PER_TOKEN)
     return Step(int(turn["prefill"]), output, reason, min(prefix, output - reason),  # type: ignore[call-overload]
-                tuple(c.seconds for c in calls), side_by_side(calls))
+                tuple(c.seconds for c in calls), side_by_side(calls), streamed(text, hidden, output, calls))
+
+
+def streamed(text: str, hidden: int, output: int, calls: list[CallInfo]) -> tuple[int, ...]:
+    """Output tokens streamed when each call is complete: where its last argument ends in the answer's text
+    (every argument found there, in order), else the answer's end (Claude Code's text holds no call)."""
+    out, at = [], 0
+    for info in calls:
+        values = [v for v in info.call.arguments.values() if isinstance(v, str) and v]
+        end = at
+        for value in values:
+            found = text.find(value, end)
+            end = found + len(value) if found >= 0 else -1
+            if end < 0:
+                break
+        if not values or end < 0:
+            out.append(output)
+            continue
+        at = end
+        out.append(min(output, hidden + tokens(text[:at])))
+    return tuple(out)
 
 
 def side_by_side(calls: list[CallInfo]) -> tuple[int, ...]:
@@ -122,7 +151,13 @@ def side_by_side(calls: list[CallInfo]) -> tuple[int, ...]:
 def decide(trace: Trace, analyzer: Analyzer, events: list[Event]) -> None:
     """Attach the analyzer's decisions (made without looking ahead) to the trace's calls."""
     by_id = {c.call.call_id: c for c in trace.all_calls()}
-    for decision in replay(analyzer, events, k=PROBABILITY_ORDER_K):
+
+    def after_edit(event: Event) -> None:
+        info = by_id.get(event.call_id) if isinstance(event, ToolCall) else None
+        if info is not None and info.chains():
+            info.chained = analyzer.predict(Moment.A, None, PROBABILITY_ORDER_K, order="probability")
+
+    for decision in replay(analyzer, events, k=PROBABILITY_ORDER_K, on_observed=after_edit):
         info = by_id.get(decision.call.call_id)
         if info is not None:
             info.decision = decision

@@ -43,8 +43,10 @@ class Decision:
 
 
 def replay(analyzer: Analyzer, events: Iterable[Event], k: int = 12, prefix_chars: int = PREFIX_CHARS,
-           on_decision: Callable[[Decision], None] | None = None) -> list[Decision]:
-    """Feed `events` to `analyzer` in order, predicting every call at the three moments first."""
+           on_decision: Callable[[Decision], None] | None = None,
+           on_observed: Callable[[Event], None] | None = None) -> list[Decision]:
+    """Feed `events` to `analyzer` in order, predicting every call at the three moments first;
+    `on_observed` is called after each event is fed (a call: before its result is)."""
     decisions: list[Decision] = []
     held: LLMEnd | None = None
     text, root = "", ""
@@ -64,6 +66,8 @@ def replay(analyzer: Analyzer, events: Iterable[Event], k: int = 12, prefix_char
             analyzer.observe(held)
             held = None
         analyzer.observe(event)
+        if on_observed is not None:
+            on_observed(event)
     return decisions
 
 
