@@ -145,6 +145,7 @@ async def test_sessions_stick_to_one_replica_and_new_ones_go_to_the_least_loaded
             assert replicas.loads[0] is not None and replicas.loads[0].kv_usage >= 0.4
             views = {name: replicas.for_session(name, "batch") for name in ("s1", "s2", "s3", "s4")}
             assert [v.base_url for v in views.values()] == [urls[1], urls[2], urls[1], urls[2]]
+            assert views["s1"].name.endswith(f" at {urls[1]}")  # the trajectory's session_start says where it ran
             for step in range(3):
                 await asyncio.gather(*(drain(v, request(f"{name}-{step}")) for name, v in views.items()))
             assert replicas.for_session("s1", "batch").base_url == urls[1]  # pinned: asked again, the same one

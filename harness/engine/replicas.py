@@ -112,8 +112,9 @@ class ReplicaSet:
                 return await OpenAIEngine.connect(url, model=model, constrained=constrained,
                                                   temperature=temperature, api_key=api_key)
             except EngineUnavailable as exc:
-                raise EngineUnavailable(f"replica {index + 1} of {len(urls)} ({url}): {exc}. Start it, or leave it "
-                                        "out of --engine-url (or its file)") from None
+                said = str(exc).replace("check --base-url", "check the URL")
+                raise EngineUnavailable(f"replica {index + 1} of {len(urls)} ({url}): {said}; or leave it out of "
+                                        "--engine-url (or its file)") from None
 
         tasks = [asyncio.create_task(one(i, url)) for i, url in enumerate(urls)]
         done = await asyncio.gather(*tasks, return_exceptions=True)
@@ -156,8 +157,11 @@ class ReplicaSet:
         return self.replicas[index]
 
     def for_session(self, session_id: str, traffic: str) -> OpenAIEngine:
-        """The session's view of its replica (its id and class on every request, as on one gateway)."""
-        return self.pin(session_id).for_session(session_id, traffic)
+        """The session's view of its replica (its id and class on every request, as on one gateway), named with
+        the replica's URL (the session's trajectory records where it ran)."""
+        view = self.pin(session_id).for_session(session_id, traffic)
+        view.name = f"{view.name} at {view.base_url}"
+        return view
 
     def stream(self, request: LLMRequest) -> AsyncGenerator[Chunk, None]:
         """A request sent to the set itself, not through a session's view: all such requests are one session."""
