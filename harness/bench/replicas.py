@@ -1,7 +1,7 @@
 """`tao bench replicas`: sessions over several simulated engine replicas, routed by session affinity against
 round robin and random routing per request.
 
-    tao bench replicas --replicas 1,2,4,8 --per-replica 16 --profile cpu-bf16      # the defaults; virtual clock
+    tao bench replicas --replicas 1,2,4,8 --per-replica 14 --profile cpu-bf16      # the defaults; virtual clock
 
 At each replica count R, R x --per-replica recorded sessions (examples/sessions round robin, each task tagged so
 that only the system prompt is shared) start together against R simulated engines (harness.engine.sim), each
@@ -234,8 +234,9 @@ def report(result: dict[str, Any]) -> Report:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `tao bench replicas`."""
     parser.add_argument("--replicas", default="1,2,4,8", help="comma-separated replica counts (default 1,2,4,8)")
-    parser.add_argument("--per-replica", type=int, default=16,
-                        help="sessions per replica: R replicas run R times this many at once (default 16)")
+    parser.add_argument("--per-replica", type=int, default=14,
+                        help="sessions per replica: R replicas run R times this many at once (default 14: a multiple "
+                             "of the 7 bundled sessions, so that every replica gets the same mix)")
     parser.add_argument("--profile", default="cpu-bf16",
                         help="the simulated engine: cpu-bf16 (default: vLLM's CPU engine, measured), cpu, gpu "
                              "(an A100, derived), or a `tao bench calibrate` JSON")
