@@ -18,6 +18,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "live": ("harness.bench.live", "recorded sessions against real repositories: speculation off, on and oracle"),
     "cosched": ("harness.bench.cosched",
                 "many recorded sessions against one engine: fcfs, speculation, speculation + co-scheduler"),
+    "replicas": ("harness.bench.replicas",
+                 "sessions over 1 to 8 simulated engine replicas: session affinity against round robin and random"),
     "drafts": ("harness.bench.drafts",
                "token-level speculation: decode speed with n-gram drafts off and on, on recorded sessions' prompts"),
     "parallel": ("harness.bench.parallel",

@@ -36,6 +36,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if args.status or args.stop:
         return status_or_stop(args.stop)
+    if args.engine_url:
+        raise UsageError("tao serve paces one engine: give it as --upstream URL, and start one tao serve per replica "
+                         "(clients then list them all with --engine-url)")
     if args.upstream and args.engine != "vllm":
         raise UsageError("--upstream URL is the engine; leave out --engine (or use --engine openai --base-url URL)")
     from harness.gateway import gateway_argv

@@ -376,6 +376,14 @@ class CoScheduler:
             waited=self.now() - mine[0].ticket.arrived if mine else None, position=position,
             sessions=len({e.ticket.session_id for e in entries}), kv_usage=load.kv_usage if load else None)
 
+    def occupancy(self) -> EngineLoad:
+        """Authoritative requests running and waiting here, and the engine's share of KV cache in use (0 where it
+        reports none): this replica's load, as `GET /v1/tao/load` reports it to clients choosing a replica."""
+        entries = [e for e in self._entries.values() if not e.ticket.speculative]
+        load = engine_load(self.engine)
+        return EngineLoad(running=sum(e.step is Step.RUNNING for e in entries),
+                          waiting=sum(e.step is Step.WAITING for e in entries), kv_usage=load.kv_usage if load else 0.0)
+
     async def abort(self, request_id: str) -> None:
         """A session gives a request up: a waiting one is dropped, a running one aborted in the engine."""
         entry = self._entries.get(request_id)

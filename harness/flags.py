@@ -30,6 +30,11 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
                             "OpenAI-compatible server; replay: recorded turns")
     group.add_argument("--model", help="model name or directory for --engine vllm (default: embedded SmolLM2)")
     group.add_argument("--base-url", help="server URL for --engine openai, e.g. http://localhost:8000/v1")
+    group.add_argument("--engine-url", action="append", metavar="URL|@FILE",
+                       help="an OpenAI-compatible server (tao serve, vllm serve) to use as the engine; give it again "
+                            "for several replicas of one model, or @FILE for a file of URLs (one a line, # comments). "
+                            "Each session sticks to one replica, new ones go where there is most room "
+                            "(implies --engine openai)")
     group.add_argument("--replay", type=Path,
                        help="trajectory .jsonl or JSON turn script for --engine replay; with --engine vllm, "
                             "its answers are forced token by token through the real engine")
@@ -96,10 +101,22 @@ def add_session_flags(parser: argparse.ArgumentParser, quiet: bool = False) -> N
 
 
 def engine_options(args: argparse.Namespace) -> EngineOptions:
-    """The engine the engine flags ask for."""
-    return EngineOptions(kind=args.engine, replay=args.replay, seconds_per_token=args.seconds_per_token,
-                         model=args.model, base_url=args.base_url, constrained=not args.no_constrain,
-                         max_model_len=args.max_model_len, drafts=args.draft)
+    """The engine the engine flags ask for; `--engine-url` (repeated, or @FILE) makes it the openai engine over
+    those servers."""
+    kind, base_url = args.engine, args.base_url
+    replicas: tuple[str, ...] = ()
+    if getattr(args, "engine_url", None):
+        from harness.engine.replicas import read_urls
+
+        if args.base_url or args.engine not in ("vllm", "openai"):
+            other = "--base-url" if args.base_url else f"--engine {args.engine}"
+            raise UsageError(f"--engine-url names the engine's servers; leave out {other}")
+        kind, replicas = "openai", tuple(read_urls(args.engine_url))
+        base_url = replicas[0] if len(replicas) == 1 else None
+    return EngineOptions(kind=kind, replay=args.replay, seconds_per_token=args.seconds_per_token,
+                         model=args.model, base_url=base_url, constrained=not args.no_constrain,
+                         max_model_len=args.max_model_len, drafts=args.draft,
+                         replicas=replicas if len(replicas) > 1 else ())
 
 
 def cosched_policy(name: str, knee: int, kv_tokens: int, max_wait: float) -> Policy:

@@ -3,8 +3,10 @@
     app = build_app(CoScheduler(engine, Pacing(...)), "model-id")     # serve it with uvicorn on 127.0.0.1
 
 Routes (the contract in the issue 24 notes): `GET /health`, `GET /v1/models`, `POST /v1/chat/completions`
-(streamed as server-sent events or not), and two Tao extensions: `POST /v1/tao/hint` (a tool started) and
-`GET /v1/tao/pacing/{session}` (where a session stands). A request's session is its `X-Session-Id` header,
+(streamed as server-sent events or not), and three Tao extensions: `POST /v1/tao/hint` (a tool started),
+`GET /v1/tao/pacing/{session}` (where a session stands) and `GET /v1/tao/load` (authoritative requests running
+and waiting, the engine's KV cache in use or null: what clients of several replicas choose by,
+harness.engine.replicas). A request's session is its `X-Session-Id` header,
 else its body's `user`, else a fresh id; `X-Tao-Class: interactive` ranks it above batch sessions.
 A client that goes away mid-request aborts it in the engine. Sampling is the engine's own (the body's
 `temperature` and the like are not used); a body's `priority` is ignored (the class decides) unless it is
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.coscheduler import INTERACTIVE_PRIORITY, CoScheduler, Policy
 from harness import protocol
-from harness.engine.api import WARM_PRIORITY, Chunk, Engine, LLMRequest, Usage
+from harness.engine.api import WARM_PRIORITY, Chunk, Engine, LLMRequest, Usage, engine_load
 from harness.errors import ContextTooLong, EngineError, UsageError
 from harness.vocabulary import GATEWAY_HEADER, GATEWAY_MARK, Traffic
 
@@ -345,10 +347,16 @@ def build_app(cosched: CoScheduler, model: str) -> Starlette:
         state = asdict(cosched.pacing(request.path_params["session"]))
         return JSONResponse({**state, "policy": cosched.policy.name})
 
+    async def load(request: Request) -> Response:
+        occupied = cosched.occupancy()
+        kv = occupied.kv_usage if engine_load(engine) is not None else None
+        return JSONResponse({"running": occupied.running, "waiting": occupied.waiting, "kv_usage": kv})
+
     app = Starlette(routes=[
         Route("/health", health), Route("/v1/models", models),
         Route("/v1/chat/completions", completions, methods=["POST"]),
-        Route("/v1/tao/hint", hint, methods=["POST"]), Route("/v1/tao/pacing/{session}", pacing)])
+        Route("/v1/tao/hint", hint, methods=["POST"]), Route("/v1/tao/pacing/{session}", pacing),
+        Route("/v1/tao/load", load)])
     app.add_middleware(_GatewayHeader)
     return app
 

@@ -129,7 +129,8 @@ def describe_engine(options: EngineOptions) -> str:
     if options.kind == "replay":
         return f"replay of {options.replay.name if options.replay else '?'} (recorded answers, no model)"
     if options.kind == "openai":
-        return f"{options.model or 'the served model'} at {options.base_url}"
+        where = f"{len(options.replicas)} replicas" if options.replicas else options.base_url
+        return f"{options.model or 'the served model'} at {where}"
     model = Path(options.model).name if options.model else f"{MODEL_NAME} (embedded)"
     forced = f", answers forced from {options.replay.name}" if options.replay is not None else ""
     return f"{model} on vLLM in this process{forced}"

@@ -182,10 +182,20 @@ async def run_group(engine: Engine, workload: Workload, members: list[int], mode
 async def _one(cosched: CoScheduler, workload: Workload, index: int, n: int, mode: str, root: Path, tag: str,
                started: float) -> dict[str, Any]:
     """One session of a group, from the group's start to its end."""
+    session_id = f"{tag}-{n}"
+    try:
+        return await run_session(cosched.engine_for(session_id), workload, index, session_id, mode, root, started)
+    finally:
+        cosched.session_ended(session_id)  # a worker's slot frees (Cap)
+
+
+async def run_session(through: Engine, workload: Workload, index: int, session_id: str, mode: str, root: Path,
+                      started: float) -> dict[str, Any]:
+    """Workload session `index` through this engine (its answers forced), from `started` to its end: its time,
+    steps, engine time, prompt and cached tokens and speculation counts."""
     session, book = workload.sessions[index], workload.books[index]
     events: list[Event] = []
-    session_id = f"{tag}-{n}"
-    engine = ForcedReplayEngine(cosched.engine_for(session_id), session.recording)
+    engine = ForcedReplayEngine(through, session.recording)
     analyzer = Analyzer(workload.model or PatternModel()) if mode in SPECULATING else None
     workspace = Workspace(root, watch="stat")
     task = f"[{session_id}] {session.recording.task or ''}"
@@ -196,7 +206,6 @@ async def _one(cosched: CoScheduler, workload: Workload, index: int, n: int, mod
         end = await loop.run()
     finally:
         workspace.close()
-        cosched.session_ended(session_id)  # a worker's slot frees (Cap)
     llm = [e for e in events if isinstance(e, LLMEnd)]
     summary = next((e for e in events if isinstance(e, SpecSummary)), None)
     settles = [e for e in events if isinstance(e, SpecObsSettle)]

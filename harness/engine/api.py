@@ -73,6 +73,13 @@ def for_session(engine: Engine, session_id: str, traffic: str) -> Engine:
     return view(session_id, traffic) if callable(view) else engine
 
 
+def replica_of(engine: Engine, session_id: str) -> Engine:
+    """The replica a session sticks to: of several endpoints, the one `ReplicaSet.pin` chose for it
+    (harness.engine.replicas); every other engine is its own one replica."""
+    pin = getattr(engine, "pin", None)
+    return pin(session_id) if callable(pin) else engine
+
+
 def rename_session(engine: Engine, session_id: str) -> None:
     """Give a session's view (`for_session`) the session's new id: a resumed session keeps its saved one."""
     rename = getattr(engine, "rename", None)

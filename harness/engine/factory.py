@@ -37,6 +37,9 @@ class EngineOptions:
     """Model name or directory; None means the embedded default model."""
     base_url: str | None = None
     """URL of an OpenAI-compatible server, for the openai engine."""
+    replicas: tuple[str, ...] = ()
+    """Servers of one model for the openai engine, two or more (`--engine-url` repeated): each session sticks to one
+    (harness.engine.replicas); empty: the one server at base_url."""
     constrained: bool = True
     """Constrain decoding so every turn is a well-formed call (for small models)."""
     max_model_len: int | None = None
@@ -68,6 +71,12 @@ async def open_engine(options: EngineOptions) -> Engine:
             raise UsageError("--engine replay needs --replay FILE (a trajectory .jsonl or a JSON turn script)")
         return ReplayEngine(load_recording(options.replay), options.seconds_per_token,
                             name=f"replay:{options.replay.name}", max_model_len=options.max_model_len)
+    if options.kind == "openai" and options.replicas:
+        from harness.engine.replicas import ReplicaSet
+
+        return await ReplicaSet.connect(list(options.replicas), model=options.model, constrained=options.constrained,
+                                        temperature=options.temperature,
+                                        api_key=options.api_key or os.environ.get("OPENAI_API_KEY"))
     if options.kind == "openai":
         from harness.engine.openai_http import OpenAIEngine
 

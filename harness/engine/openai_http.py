@@ -108,6 +108,11 @@ class OpenAIEngine:
         engine.max_model_len = window if isinstance(window, int) and not isinstance(window, bool) else None
         return engine
 
+    @property
+    def client(self) -> httpx.AsyncClient:
+        """The HTTP connection to the server (harness.engine.replicas reads a gateway's load through it)."""
+        return self._client
+
     def for_session(self, session_id: str, traffic: str) -> OpenAIEngine:
         """This engine as one session sees it: the same connection, the session's id and class on its requests.
         Closing the view leaves the connection open (the engine's owner closes it)."""

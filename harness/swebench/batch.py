@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.coscheduler import FCFS, CoScheduler, Policy
-from harness.engine.api import Engine
+from harness.engine.api import Engine, replica_of
 from harness.events import Event, SessionEnd, SpecSummary, TrajectoryWriter
 from harness.launch import SessionOptions, open_session
 from harness.session import EventSink, SessionConfig
@@ -155,6 +155,7 @@ class Batch:
     def __post_init__(self) -> None:
         self.layout = Layout(self.config.output)
         self.cosched = CoScheduler(self.engine, self.policy)
+        self.replica_coscheds: dict[int, CoScheduler] = {}  # replicas that are no gateway: a co-scheduler each
         self.paced_by_gateway = paced_by_gateway(self.engine)
         self.results: dict[str, dict[str, Any]] = {}
         self.reports: dict[str, dict[str, Any]] = {}
@@ -272,7 +273,7 @@ class Batch:
             # no approval policy (nobody to ask: every call runs) and no provisional step, as batch runs always had
             options = SessionOptions(config=self.config.session, approvals=None, warm=self.config.warm,
                                      provisional=False)
-            engine = self.engine if self.paced_by_gateway else self.cosched.engine_for(instance.instance_id)
+            engine = self.session_engine(instance.instance_id)
             end: SessionEnd = await open_session(options, instance.task, engine, workspace, sinks, tools=tools,
                                                  analyzer=analyzer).run()
         finally:
@@ -281,6 +282,18 @@ class Batch:
         return {"instance_id": instance.instance_id, "stage": "session", "status": end.status, "reason": end.reason,
                 "summary": end.summary, "steps": end.steps, "seconds": round(time.monotonic() - t0, 3),
                 "output_tokens": end.output_tokens, "speculation": spec, "model_patch": end.submission}
+
+    def session_engine(self, instance_id: str) -> Engine:
+        """The engine one instance's session talks to. On gateways, the engine itself: they pace, and each session
+        gets its own view (pinned to one replica when there are several). Else through a co-scheduler here: over
+        the one engine, or over the replica the session is pinned to (one co-scheduler per replica)."""
+        if self.paced_by_gateway:
+            return self.engine
+        replica = replica_of(self.engine, instance_id)
+        if replica is self.engine:
+            return self.cosched.engine_for(instance_id)
+        cosched = self.replica_coscheds.setdefault(id(replica), CoScheduler(replica, self.policy))
+        return cosched.engine_for(instance_id)
 
     def failed(self, instance: Instance, stage: str, reason: str) -> dict[str, Any]:
         return {"instance_id": instance.instance_id, "stage": stage, "status": Status.ERROR, "reason": reason,
