@@ -332,6 +332,8 @@ class Session(BetweenTurns):
             self._provisional = await self.observation.settle(warm, observation.text)
         if tool.effect is Effect.MUTATING:
             self.workspace.bump()
+            if speculation is not None:  # a chain on this edit goes on at the new version, or is discarded
+                self.guarded("landing an edit", lambda: speculation.landed(call, observation))
         elif tool.effect is Effect.SANDBOXED:
             self.workspace.refresh()  # a test run may write files; the next results must see a new version
         took = round(time.monotonic() - started, 6)
@@ -401,6 +403,10 @@ class Session(BetweenTurns):
                 if len(prefix := args_prefix_of(raw)) >= PREFIX_CHARS:
                     self._prefixed.add(index)
                     self.launch(Moment.C, Partial(text=parser.text, name=name, args_prefix=prefix))
+            case protocol.CallDone(call=call) if (speculation := self.active_speculation) is not None:
+                # an edit streamed in full: the call after it may start in an overlay that holds it
+                before = [done for done in parser.calls if done is not call]
+                self.announce(self.guarded("chaining", lambda: speculation.chain(call, self.steps, before)))
 
     @property
     def active_speculation(self) -> SpeculationScheduler | None:
@@ -417,8 +423,12 @@ class Session(BetweenTurns):
                 self.guarded("discarding", lambda: speculation.discard_all(DiscardReason.TURNED_OFF))
             return
         for spec in self.guarded("predicting", lambda: speculation.launch(moment, self.steps, partial)) or []:
-            if spec.task is not None:
-                spec.task.add_done_callback(functools.partial(self.ready_when_done, spec))
+            self.announce(spec)
+
+    def announce(self, spec: Speculation | None) -> None:
+        """Say when a speculation just started is ready."""
+        if spec is not None and spec.task is not None:
+            spec.task.add_done_callback(functools.partial(self.ready_when_done, spec))
 
     def observe_speculation(self, event: Event) -> None:
         """The first sink: speculation learns from every event (while it works)."""
