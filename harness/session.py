@@ -310,6 +310,9 @@ class Session(BetweenTurns):
             observation, took = refused, 0.0  # nothing ran
         else:
             observation, took = await self.execute(call, tool)
+        if tool is not None and tool.effect is Effect.MUTATING and (speculation := self.active_speculation):
+            # a speculation chained on this edit goes on at the new version, or is discarded (refused, failed)
+            self.guarded("landing an edit", lambda: speculation.landed(call, observation))
         self._ran[call.call_id] = (observation, took)
         return observation, took
 
@@ -332,8 +335,6 @@ class Session(BetweenTurns):
             self._provisional = await self.observation.settle(warm, observation.text)
         if tool.effect is Effect.MUTATING:
             self.workspace.bump()
-            if speculation is not None:  # a chain on this edit goes on at the new version, or is discarded
-                self.guarded("landing an edit", lambda: speculation.landed(call, observation))
         elif tool.effect is Effect.SANDBOXED:
             self.workspace.refresh()  # a test run may write files; the next results must see a new version
         took = round(time.monotonic() - started, 6)
@@ -403,10 +404,10 @@ class Session(BetweenTurns):
                 if len(prefix := args_prefix_of(raw)) >= PREFIX_CHARS:
                     self._prefixed.add(index)
                     self.launch(Moment.C, Partial(text=parser.text, name=name, args_prefix=prefix))
-            case protocol.CallDone(call=call) if (speculation := self.active_speculation) is not None:
+            case protocol.CallDone(call=call) if (scheduler := self.active_speculation) is not None:
                 # an edit streamed in full: the call after it may start in an overlay that holds it
                 before = [done for done in parser.calls if done is not call]
-                self.announce(self.guarded("chaining", lambda: speculation.chain(call, self.steps, before)))
+                self.announce(self.guarded("chaining", lambda: scheduler.chain(call, self.steps, before)))
 
     @property
     def active_speculation(self) -> SpeculationScheduler | None:

@@ -56,7 +56,7 @@ class EditFile:
         file, spot = locate_text(workspace, args["path"])
         with spot:
             encoded, *_ = _replaced(file, args["path"], args["old"], args["new"], workspace)
-        return file.rel, encoded, stat.S_IMODE(file.stat.st_mode)
+        return file.rel, encoded, stat.S_IMODE(file.stat.st_mode) if file.stat is not None else 0o666 & ~current_umask()
 
     def _edit(self, path: str, old: str, new: str, workspace: WorkspaceView) -> Observation:
         """Read, replace and place the file (blocking: runs in a worker thread)."""

@@ -205,7 +205,7 @@ class SpeculationScheduler:
             self._edit_streamed = False
         version = self.workspace.refresh()
         self._drop_stale(version)
-        started = []
+        started: list[Speculation] = []
         if self._edit_streamed:
             return started  # whatever would start now runs at a version the edit ends
         for candidate in self.analyzer.predict(moment, partial, k=self.budget.k):
@@ -508,15 +508,20 @@ class SpeculationScheduler:
                 edit.call_id = call.call_id
 
     def landed(self, call: ParsedCall, observation: Observation) -> None:
-        """A mutating call ran for real and the version was bumped: a chain on it goes on at the new version if
-        the edit succeeded and left the tree as its overlay holds it; else it is discarded."""
+        """A mutating call ended (ran, or was refused): a chain on it goes on at the new version if the edit
+        succeeded and left the tree as its overlay holds it; else it is discarded."""
+        tool = self.tools.get(call.name)
+        args = validated(tool, call.arguments) if tool is not None else None
+        exact = exact_call(call.name, args) if args is not None else None
         for spec in list(self.specs.values()):
             edit = spec.after
-            if edit is None or not edit.pending or edit.call_id != call.call_id:
+            if edit is None or not edit.pending or (edit.call_id != call.call_id and edit.exact != exact):
                 continue
             if observation.is_error:
                 self._discard(spec, DiscardReason.EDIT_FAILED, name=call.name,
                               detail=observation.text.split("\n", 1)[0])
+            elif edit.call_id != call.call_id:  # it ran without being taken: never seen, never served
+                self._discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail="not taken")
             elif (why := chain.differs(edit, self.workspace.root)) is not None:
                 self._discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail=why)
             else:
