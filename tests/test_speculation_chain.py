@@ -160,3 +160,16 @@ async def test_a_chain_is_discarded_when_the_next_call_is_another(tmp_path: Path
     [discarded] = ends(on, chained(on).spec_id)
     assert isinstance(discarded, SpecDiscard) and discarded.reason == "not the model's call"
     assert real["report.txt"] == b"add(2, 3) = -1\n"  # the follower wrote 5 in its overlay only
+
+
+def test_predicting_past_an_edit_leaves_the_analyzer_as_it_was() -> None:
+    analyzer = Analyzer(PatternModel())
+    analyzer.observe(ToolCall(0.0, 1, "c1", "run_tests", {}, "sandboxed"))
+    analyzer.observe(ToolResult(0.0, 1, "c1", "run_tests", "1 failed", exit_code=1))
+    before = analyzer.predict(k=5)
+    weights = json.dumps(analyzer.ranker.weights, sort_keys=True, default=str)
+    ahead = analyzer.ahead([ToolCall(0.0, 2, "c2", "edit_file", FIX, "mutating"),
+                            ToolResult(0.0, 2, "c2", "edit_file", "Wrote calc/ops.py.", workspace_version=1)])
+    assert ahead.predict(k=5) and ahead.state.steps[-1].action.kind != analyzer.state.steps[-1].action.kind
+    assert analyzer.predict(k=5) == before
+    assert json.dumps(analyzer.ranker.weights, sort_keys=True, default=str) == weights

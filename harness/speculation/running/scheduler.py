@@ -14,7 +14,9 @@ by the tool itself from the file it read. A sandboxed run is promoted only if no
 another world than a real run would (its overlay's taints, hard-linked files): its file changes are then
 applied to the real tree just as the real run would have made them. The repeat cache answers a call again
 only for pure tools, whose output is a function of the workspace. Whatever the real call does not use is
-discarded at once. The scheduler decides and keeps books; the tools themselves do the running.
+discarded at once. A file edit the model has streamed in full may be applied in an overlay for the call
+predicted after it (`chain`; the rule is in running/chain.py). The scheduler decides and keeps books; the
+tools themselves do the running.
 """
 
 from __future__ import annotations
