@@ -3,10 +3,11 @@ and the call predicted to follow it (the test run) starts there, while the model
 
 The rule. The follower's result is served only if
 1. the real call is the streamed edit exactly (same tool, JSON-equal arguments), taken at the workspace
-   version the chain started from, after the overlay already held the edit (so the overlay's copy was
-   made from the very tree the real edit reads);
+   version the chain started from (the file's new bytes were computed from that version's tree, and the
+   overlay write does not depend on whether the real edit came first: it replaces the whole file);
 2. the real edit succeeded and left every path the overlay edit wrote with the same type, mode and
-   bytes (`differs`); the version the real edit bumped to becomes the follower's version;
+   bytes (`differs`, checked when it lands and again when the follower is served); the version the real
+   edit bumped to becomes the follower's version;
 3. the next real call is the follower exactly, at that version: from 2 on it is an ordinary sandboxed
    speculation, promoted as the scheduler promotes any (untainted, its changes applied by
    `sandbox.promote.apply_changes`, less the edit's own paths the follower left alone: `untouched`).
@@ -15,6 +16,10 @@ discards it, and spec_discard says why. Never a second mutating call: followers 
 only (a pure tool reads the real tree from Tao's own process, which does not see the overlay). Only
 edit_file and write_file are chained: they say what they will write (`preview`), a shell command does
 not. The overlay edit itself is a short write run inside the overlay, whatever its backend.
+
+Known limits: the overlay's lower layer is the live tree, so a follower running while the real edit
+lands could list its hidden temporary file (`.tao-*.tmp`) for that instant; and a change made behind
+Tao's back while the real edit runs counts as the edit's own, as for every mutating call.
 """
 
 from __future__ import annotations
@@ -130,15 +135,16 @@ def _written(source: Path) -> Written:
 
 
 def differs(edit: Edit, root: Path) -> str | None:
-    """Why the real tree, after the real edit, is not what the overlay holds at the edit's paths (None: it is)."""
-    assert edit.footprint is not None
-    for path, want in edit.footprint.items():
+    """Why the real tree, after the real edit, is not what the overlay holds at the edit's paths (None: it is,
+    or the overlay does not hold the edit yet: then the file alone is checked against what it will hold)."""
+    want = {edit.path: Written("file", edit.mode, hashlib.sha256(edit.data).hexdigest(), 0)}
+    for path, written in {**want, **(edit.footprint or {})}.items():
         real = root / path
         try:
             have = _written(real) if not real.is_symlink() else None
         except OSError:
             have = None
-        if have is None or (have.type, have.mode, have.digest) != (want.type, want.mode, want.digest):
+        if have is None or (have.type, have.mode, have.digest) != (written.type, written.mode, written.digest):
             return f"{path} differs"
     return None
 

@@ -421,7 +421,9 @@ class SpeculationScheduler:
         taints, changes = await asyncio.to_thread(vet, spec.overlay)
         if taints:
             return None, DiscardReason.TAINTED, {"detail": "; ".join(taints)}
-        if spec.after is not None:
+        if spec.after is not None:  # the overlay holds the edit now: the real one must have left the same
+            if (why := chain.differs(spec.after, self.workspace.root)) is not None:
+                return None, DiscardReason.EDIT_DIFFERED, {"name": spec.after.name, "detail": why}
             changes = chain.untouched(spec.after, changes)
         if self.workspace.refresh() != version:
             return None, DiscardReason.FAILED, {}
@@ -495,17 +497,14 @@ class SpeculationScheduler:
     # -- chains: the edit a speculation runs after -----------------------------------------------------
 
     def _taking_edit(self, call: ParsedCall, exact: str, version: int) -> None:
-        """A mutating call is about to run for real: a chain on exactly it, applied in its overlay already, at
-        this version, waits for it to land; any other chain is discarded (it runs after another tree)."""
+        """A mutating call is about to run for real (stale speculations are gone): a chain on exactly it waits
+        for it to land; any other chain is discarded (it runs after another tree)."""
         for spec in list(self.specs.values()):
             edit = spec.after
             if edit is None or not edit.pending:
                 continue
-            if edit.exact != exact:
+            if edit.exact != exact or spec.version != version:
                 self._discard(spec, DiscardReason.EDIT_FIRST, name=call.name)
-            elif edit.footprint is None or spec.version != version:
-                self._discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name,
-                              detail="the overlay did not hold the edit yet")
             else:
                 edit.call_id = call.call_id
 
@@ -524,7 +523,7 @@ class SpeculationScheduler:
                               detail=observation.text.split("\n", 1)[0])
             elif edit.call_id != call.call_id:  # it ran without being taken: never seen, never served
                 self._discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail="not taken")
-            elif (why := chain.differs(edit, self.workspace.root)) is not None:
+            elif (why := chain.differs(edit, self.workspace.root)) is not None:  # checked again when served
                 self._discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail=why)
             else:
                 edit.landed, spec.version = True, self.workspace.version
