@@ -278,7 +278,7 @@ class SpeculationScheduler:
         self.step = step
         version = self.workspace.refresh()
         self._drop_stale(version)
-        earlier = [exact_call(c.name, c.arguments) for c in before]
+        earlier = [self._exact_of(c) for c in before]
         for spec in list(self.specs.values()):
             if spec.exact not in earlier:  # the edit will have changed the tree before any later call
                 self._discard(spec, DiscardReason.EDIT_FIRST, name=call.name)
@@ -328,11 +328,14 @@ class SpeculationScheduler:
     def expect(self, calls: list[ParsedCall]) -> None:
         """The model's turn holds these calls: until each is taken, a speculation of it is kept for it when
         another call of the turn is taken, so every call of a turn of several can be served by one."""
-        self._expected = set()
-        for call in calls:
-            tool = self.tools.get(call.name)
-            if tool is not None and (args := validated(tool, call.arguments)) is not None:
-                self._expected.add(exact_call(call.name, args))
+        self._expected = {exact for call in calls if (exact := self._exact_of(call)) is not None}
+
+    def _exact_of(self, call: ParsedCall) -> str | None:
+        """What a speculation must be to answer `call` (`exact_call` of its validated arguments); None when its
+        tool is unknown or refuses its arguments."""
+        tool = self.tools.get(call.name)
+        args = validated(tool, call.arguments) if tool is not None else None
+        return exact_call(call.name, args) if args is not None else None
 
     async def take(self, call: ParsedCall) -> Observation | None:
         """The observation of `call` if a speculation has exactly it at the current version; None to run it.
@@ -511,9 +514,7 @@ class SpeculationScheduler:
     def landed(self, call: ParsedCall, observation: Observation) -> None:
         """A mutating call ended (ran, or was refused): a chain on it goes on at the new version if the edit
         succeeded and left the tree as its overlay holds it; else it is discarded."""
-        tool = self.tools.get(call.name)
-        args = validated(tool, call.arguments) if tool is not None else None
-        exact = exact_call(call.name, args) if args is not None else None
+        exact = self._exact_of(call)
         for spec in list(self.specs.values()):
             edit = spec.after
             if edit is None or not edit.pending or (edit.call_id != call.call_id and edit.exact != exact):
