@@ -2,8 +2,9 @@
 
 Scripted sessions (the replay engine) over real git repositories, real overlays and real test runs, each
 run twice, with speculation off and on (the real pattern analyzer): the trajectories must be equal in
-every field but timing and spec_* events, and the workspaces byte-identical. The repository's test suite
-writes a report file, so a follower's changes that leaked into the real tree would show.
+every field but timing and spec_* events, and the workspaces byte-identical (file modes included). The
+repository's test suite writes a report file, so a follower's changes that leaked into the real tree
+would show.
 
 The engine holds its answer just after a call closes until the overlay of a chain holds the edit (and
 may then change the tree as a user would), so that each test takes the path it is about whatever the
@@ -83,6 +84,11 @@ def tree(repo: Path) -> dict[str, bytes]:
             if p.is_file() and ".git" not in p.relative_to(repo).parts}
 
 
+def modes(repo: Path) -> dict[str, int]:
+    return {str(p.relative_to(repo)): p.lstat().st_mode for p in sorted(repo.rglob("*"))
+            if ".git" not in p.relative_to(repo).parts}
+
+
 async def run(repo: Path, recording: Recording, speculate: bool, meanwhile: Callable[[Path, int], None] | None,
               approval: ApprovalPolicy | None, hold: bool = True) -> list[Event]:
     events: list[Event] = []
@@ -102,12 +108,12 @@ async def both(tmp_path: Path, recording: Recording, meanwhile: Callable[[Path, 
     """The session with speculation on, after checking it equals the serial one; and the tree it left."""
     repo = make_repo(tmp_path / "work")  # both runs at the same path: test output names it
     off = await run(repo, recording, False, meanwhile, approval)
-    off_tree = tree(repo)
+    off_tree, off_modes = tree(repo), modes(repo)
     (tmp_path / "work").rename(tmp_path / "off")
     repo = make_repo(tmp_path / "work")
     on = await run(repo, recording, True, meanwhile, approval, hold)
     assert comparable(on) == comparable(off)
-    assert tree(repo) == off_tree
+    assert tree(repo) == off_tree and modes(repo) == off_modes
     return on, off_tree
 
 
@@ -131,6 +137,19 @@ async def test_the_test_run_after_an_edit_is_served_from_the_overlay_that_applie
     [call] = [e for e in on if isinstance(e, ToolCall) and e.step == 3]
     assert isinstance(served, SpecPromote) and served.call_id == call.call_id
     assert real["report.txt"] == b"add(2, 3) = 5\n"  # its file promoted as the serial run wrote it
+
+
+async def test_a_new_file_in_a_new_folder_is_chained_like_an_edit(tmp_path: Path) -> None:
+    new = {"path": "tests/extra/test_more.py", "content": "from calc import add\n\n\ndef test_more():\n"
+                                                          "    assert add(1, 1) == 2\n"}
+    recording = Recording([turn("run_tests", {}), turn("write_file", new), turn("run_tests", {}, before=THINKING),
+                           turn("finish", {"summary": "tested"})])
+    on, real = await both(tmp_path, recording)
+    [launch] = [e for e in on if isinstance(e, SpecLaunch) and e.after is not None]
+    assert launch.after == {"name": "write_file", "arguments": new}
+    [served] = ends(on, launch.spec_id)
+    assert isinstance(served, SpecPromote)
+    assert real["tests/extra/test_more.py"] == new["content"].encode()
 
 
 async def test_the_chain_is_served_whether_or_not_the_real_edit_lands_first(tmp_path: Path) -> None:
