@@ -296,6 +296,7 @@ class SpecLaunch(Event):
     version: int  # the workspace version it runs at
     reason: str  # the pattern or rule that predicted it
     probability: float
+    after: dict[str, Any] | None = None  # a chain: the streamed edit ({name, arguments}) applied in its overlay first
 
 
 REPEAT = "repeat"  # the spec_id of a promotion a real run of the same pure call answered (on the wire)

@@ -311,6 +311,9 @@ class Session(BetweenTurns):
             observation, took = refused, 0.0  # nothing ran
         else:
             observation, took = await self.execute(call, tool)
+        if tool is not None and tool.effect is Effect.MUTATING and (speculation := self.active_speculation):
+            # a speculation chained on this edit goes on at the new version, or is discarded (refused, failed)
+            self.guarded("landing an edit", lambda: speculation.landed(call, observation))
         self._ran[call.call_id] = (observation, took)
         return observation, took
 
@@ -410,6 +413,10 @@ class Session(BetweenTurns):
                 if len(prefix := args_prefix_of(raw)) >= PREFIX_CHARS:
                     self._prefixed.add(index)
                     self.launch(Moment.C, Partial(text=parser.text, name=name, args_prefix=prefix))
+            case protocol.CallDone(call=call) if (scheduler := self.active_speculation) is not None:
+                # an edit streamed in full: the call after it may start in an overlay that holds it
+                before = [done for done in parser.calls if done is not call]
+                self.announce(self.guarded("chaining", lambda: scheduler.chain(call, self.steps, before)))
 
     def start_written(self, call: protocol.ParsedCall) -> None:
         """Start a call of a turn of several as soon as it is written out, while the answer goes on."""
@@ -434,8 +441,12 @@ class Session(BetweenTurns):
                 self.guarded("discarding", lambda: speculation.discard_all(DiscardReason.TURNED_OFF))
             return
         for spec in self.guarded("predicting", lambda: speculation.launch(moment, self.steps, partial)) or []:
-            if spec.task is not None:
-                spec.task.add_done_callback(functools.partial(self.ready_when_done, spec))
+            self.announce(spec)
+
+    def announce(self, spec: Speculation | None) -> None:
+        """Say when a speculation just started is ready."""
+        if spec is not None and spec.task is not None:
+            spec.task.add_done_callback(functools.partial(self.ready_when_done, spec))
 
     def observe_speculation(self, event: Event) -> None:
         """The first sink: speculation learns from every event (while it works)."""

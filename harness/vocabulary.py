@@ -78,6 +78,9 @@ class DiscardReason(enum.Enum):
     SESSION_ENDED = "the session ended"
     TURNED_OFF = "speculation turned off"
     BROKEN = "speculation failed ({detail})"
+    EDIT_FIRST = "the model's {name} call changes the workspace before any later call"
+    EDIT_FAILED = "the {name} call it ran after failed for real: {detail}"  # a chain (running/chain.py)
+    EDIT_DIFFERED = "the {name} call it ran after did not land as applied ({detail})"
     MODEL_STOPPED = "the model stopped"
     INTERRUPTED = "interrupted by the user"
 
@@ -90,7 +93,8 @@ class DiscardReason(enum.Enum):
         return text.removeprefix(self.value.partition("{")[0])
 
 
-_CUT = {DiscardReason.TAINTED: 500, DiscardReason.UNPROMOTABLE: 300, DiscardReason.UNMATCHED: 300}
+_CUT = {DiscardReason.TAINTED: 500, DiscardReason.UNPROMOTABLE: 300, DiscardReason.UNMATCHED: 300,
+        DiscardReason.EDIT_FAILED: 300, DiscardReason.EDIT_DIFFERED: 300}
 
 
 class Traffic(enum.StrEnum):

@@ -12,7 +12,7 @@ from typing import Any
 from sandbox import WorkspaceView
 from sandbox.beneath import BadPath, Spot, WorkspaceEscape, locate
 from tools.base import Effect, Observation, ToolError, observe
-from tools.placing import Changed, place
+from tools.placing import Changed, current_umask, place
 from tools.textfile import TextFile, digest, locate_text, number_lines, spell, split_lines
 
 CONTEXT_LINES = 3  # lines shown around an edit
@@ -46,38 +46,56 @@ class EditFile:
         self.timeout = timeout  # seconds run_tool lets one call take (None: DEFAULT_TOOL_TIMEOUT)
 
     async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
-        old, new = args["old"], args["new"]
-        if old == "":
-            raise ToolError("old is empty, so there is nothing to find; put the lines to change in old "
-                            "(to create or replace a whole file use write_file)")
-        if old == new:
-            raise ToolError("old and new are identical, so the edit would change nothing; put the new text in new")
-        return await asyncio.to_thread(self._edit, args["path"], old, new, workspace)
+        _check_args(args["old"], args["new"])
+        return await asyncio.to_thread(self._edit, args["path"], args["old"], args["new"], workspace)
+
+    def preview(self, args: dict[str, Any], workspace: WorkspaceView) -> tuple[str, bytes, int]:
+        """What `run` would write, without writing: the file's workspace-relative path, its new bytes and mode.
+        Raises ToolError where `run` would fail (blocking: reads the file)."""
+        _check_args(args["old"], args["new"])
+        file, spot = locate_text(workspace, args["path"])
+        with spot:
+            encoded, *_ = _replaced(file, args["path"], args["old"], args["new"], workspace)
+        return file.rel, encoded, stat.S_IMODE(file.stat.st_mode) if file.stat is not None else 0o666 & ~current_umask()
 
     def _edit(self, path: str, old: str, new: str, workspace: WorkspaceView) -> Observation:
         """Read, replace and place the file (blocking: runs in a worker thread)."""
         file, spot = locate_text(workspace, path)
         with spot:
-            spelling = spell(path)
-            if file.binary:
-                raise ToolError(f"{spelling} is a binary file; edit_file edits text files only")
-            _check_seen(workspace, file, spelling)
-            # surrogateescape keeps undecodable bytes as they are, so the rest of the file is preserved exactly.
-            content = file.data.decode("utf-8", errors="surrogateescape")
-            old, new, positions = _locate(content, old, new, crlf=file.crlf)
-            if not positions:
-                raise ToolError(f"old was not found in {spelling}. {_not_found_hint(content, old)}")
-            if len(positions) > 1:
-                raise ToolError(_ambiguous(content, positions, spelling))
-            start = positions[0]
-            updated = content[:start] + new + content[start + len(old):]
-            try:
-                encoded = updated.encode("utf-8", errors="surrogateescape")
-            except UnicodeEncodeError as exc:
-                raise ToolError(f"new contains characters that cannot be written as UTF-8 ({exc.reason})") from None
-            place(spot, encoded, before=file.stat, spelling=spelling)
-        first = content.count("\n", 0, start) + 1
+            encoded, first, old, new = _replaced(file, path, old, new, workspace)
+            place(spot, encoded, before=file.stat, spelling=spell(path))
         return _edit_report(file.rel, encoded, first, _last_line(first, old), _last_line(first, new) if new else 0)
+
+
+def _check_args(old: str, new: str) -> None:
+    """Refuse an edit that finds nothing or changes nothing."""
+    if old == "":
+        raise ToolError("old is empty, so there is nothing to find; put the lines to change in old "
+                        "(to create or replace a whole file use write_file)")
+    if old == new:
+        raise ToolError("old and new are identical, so the edit would change nothing; put the new text in new")
+
+
+def _replaced(file: TextFile, path: str, old: str, new: str, workspace: WorkspaceView) -> tuple[bytes, int, str, str]:
+    """The file's bytes with `old` replaced by `new`, the first line changed, and old and new as matched (CRLF)."""
+    spelling = spell(path)
+    if file.binary:
+        raise ToolError(f"{spelling} is a binary file; edit_file edits text files only")
+    _check_seen(workspace, file, spelling)
+    # surrogateescape keeps undecodable bytes as they are, so the rest of the file is preserved exactly.
+    content = file.data.decode("utf-8", errors="surrogateescape")
+    old, new, positions = _locate(content, old, new, crlf=file.crlf)
+    if not positions:
+        raise ToolError(f"old was not found in {spelling}. {_not_found_hint(content, old)}")
+    if len(positions) > 1:
+        raise ToolError(_ambiguous(content, positions, spelling))
+    start = positions[0]
+    updated = content[:start] + new + content[start + len(old):]
+    try:
+        encoded = updated.encode("utf-8", errors="surrogateescape")
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"new contains characters that cannot be written as UTF-8 ({exc.reason})") from None
+    return encoded, content.count("\n", 0, start) + 1, old, new
 
 
 def _check_seen(workspace: WorkspaceView, file: TextFile, spelling: str) -> None:
@@ -199,6 +217,20 @@ class WriteFile:
     async def run(self, args: dict[str, Any], workspace: WorkspaceView) -> Observation:
         return await asyncio.to_thread(self._write, args["path"], args["content"], workspace)
 
+    def preview(self, args: dict[str, Any], workspace: WorkspaceView) -> tuple[str, bytes, int]:
+        """What `run` would write, without writing: the file's workspace-relative path, its bytes and mode (a new
+        file's as a plain create gives it). Raises ToolError where `run` would refuse (blocking: stats the file)."""
+        path, spelling = args["path"], spell(args["path"])
+        data = _encoded(args["content"])
+        spot = _existing_spot(workspace, path)
+        if spot is None:
+            return workspace.relative(workspace.resolve(path)), data, 0o666 & ~current_umask()
+        with spot:
+            before = _refuse_folder(spot, spelling)
+            if before is not None and not stat.S_ISREG(before.st_mode):
+                raise ToolError(f"{spelling} is not a regular file")
+            return spot.rel, data, stat.S_IMODE(before.st_mode) if before is not None else 0o666 & ~current_umask()
+
     def _write(self, path: str, content: str, workspace: WorkspaceView) -> Observation:
         """Create the folders and place the file (blocking: runs in a worker thread)."""
         spelling = spell(path)
@@ -206,10 +238,7 @@ class WriteFile:
         if spot is not None:
             with spot:
                 _refuse_folder(spot, spelling)
-        try:
-            data = content.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ToolError(f"content contains characters that cannot be written as UTF-8 ({exc.reason})") from None
+        data = _encoded(content)
         try:
             spot = locate(workspace.root, path, make_dirs=True)
         except (FileExistsError, NotADirectoryError):
@@ -227,6 +256,14 @@ class WriteFile:
         verb = "Overwrote" if before is not None else "Created"
         return observe(f"{verb} {spot.rel} ({len(data)} bytes, {lines} line{'' if lines == 1 else 's'}).",
                        path=spot.rel, created=before is None, bytes=len(data), lines=lines, digest=digest(data))
+
+
+def _encoded(content: str) -> bytes:
+    """The content as the file's UTF-8 bytes; a ToolError for what UTF-8 cannot hold (lone surrogates)."""
+    try:
+        return content.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"content contains characters that cannot be written as UTF-8 ({exc.reason})") from None
 
 
 def _existing_spot(workspace: WorkspaceView, path: str) -> Spot | None:

@@ -17,6 +17,7 @@ ranker step, a larger one for slow calls (LATENCY_EMPHASIS).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -105,6 +106,17 @@ class Analyzer:
             self._habit_actions = None
         if isinstance(event, ToolResult) and self.read_text is not None:
             self._refresh_text()
+
+    def ahead(self, events: list[Event]) -> Analyzer:
+        """A throwaway copy that has also seen `events` (a call not run yet, and its expected result), to predict
+        the call after it; this analyzer, its ranker and its counts are left as they were."""
+        other = copy.copy(self)
+        other.state, other.local_kinds = copy.deepcopy(self.state), copy.deepcopy(self.local_kinds)
+        other.learn_rate, other.read_text = 0.0, None  # learns nothing, reads nothing of a tree not yet changed
+        other._step, other._extended, other._feature_cache, other._pending = None, None, {}, {}
+        for event in events:
+            other.observe(event)
+        return other
 
     def predict(self, moment: Moment | str = Moment.A, partial: Partial | None = None, k: int = 3,
                 order: str = "utility") -> list[Candidate]:

@@ -14,7 +14,9 @@ by the tool itself from the file it read. A sandboxed run is promoted only if no
 another world than a real run would (its overlay's taints, hard-linked files): its file changes are then
 applied to the real tree just as the real run would have made them. The repeat cache answers a call again
 only for pure tools, whose output is a function of the workspace. Whatever the real call does not use is
-discarded at once. The scheduler decides and keeps books; the tools themselves do the running.
+discarded at once. A file edit the model has streamed in full may be applied in an overlay for the call
+predicted after it (`chain`; the rule is in running/chain.py). The scheduler decides and keeps books; the
+tools themselves do the running.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, SpecSumm
 from harness.protocol import ParsedCall
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
+from harness.speculation.running import chain
+from harness.speculation.running.chain import Edit
 from harness.speculation.running.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
 from harness.vocabulary import DiscardReason, Moment, SpecState
 from sandbox import Workspace
@@ -107,6 +111,12 @@ class Speculation:
     file: TextFile | None = None  # a speculated whole-file read keeps the file to serve ranges from
     state: SpecState = SpecState.RUNNING
     finished: float | None = None
+    after: Edit | None = None  # a chain: the streamed edit applied in its overlay first (running/chain.py)
+
+    @property
+    def servable(self) -> bool:
+        """Whether a real call may be answered by it: not while the edit it runs after has not landed."""
+        return self.after is None or not self.after.pending
 
 
 @dataclass
@@ -159,6 +169,7 @@ class SpeculationScheduler:
         self._last: dict[str, LastRun] = {}  # canonical key -> its last real run, any version
         self._unconfined: str | None = None  # why sandboxed calls are never run ahead here, once found out
         self._expected: set[str] = set()  # exact calls of the model's turn not yet taken: their speculations stay
+        self._edit_streamed = False  # the answer holds a complete mutating call: nothing more runs at this version
         self._totals = {"launched": 0, "promoted": 0, "discarded": 0, "tainted": 0, "repeats": 0, "saved": 0.0,
                         "wasted": 0.0}
 
@@ -196,9 +207,13 @@ class SpeculationScheduler:
     def launch(self, moment: Moment, step: int, partial: Partial | None = None) -> list[Speculation]:
         """Start the candidates worth it at this moment of `step`; returns the ones started."""
         self.step = step
+        if moment is Moment.A:
+            self._edit_streamed = False
         version = self.workspace.refresh()
         self._drop_stale(version)
-        started = []
+        started: list[Speculation] = []
+        if self._edit_streamed:
+            return started  # whatever would start now runs at a version the edit ends
         for candidate in self.analyzer.predict(moment, partial, k=self.budget.k):
             if partial is not None and partial.name and candidate.name != partial.name:
                 continue  # the call has begun as another tool: this one can never be it (see narrow)
@@ -263,11 +278,11 @@ class SpeculationScheduler:
         seen = self._seen.get(exact)
         return seen[1] if seen is not None and seen[0] == version else None
 
-    def _start(self, candidate: Candidate, moment: Moment, version: int) -> Speculation:
-        """Start one candidate's run and say so."""
+    def _start(self, candidate: Candidate, moment: Moment, version: int, after: Edit | None = None) -> Speculation:
+        """Start one candidate's run (after an edit applied in its overlay, for a chain) and say so."""
         self._count += 1
         spec = Speculation(f"s{self._count}", candidate, candidate.key,
-                           exact_call(candidate.name, candidate.arguments), version, time.monotonic())
+                           exact_call(candidate.name, candidate.arguments), version, time.monotonic(), after=after)
         self.specs[spec.key] = spec
         spec.task = asyncio.create_task(self._run(spec))
         spec.task.add_done_callback(_retrieve)
@@ -275,8 +290,40 @@ class SpeculationScheduler:
         self._totals["launched"] += 1
         self.emit(SpecLaunch(self.now(), self.step, spec.spec_id, moment, candidate.name, candidate.arguments,
                              self.tools[candidate.name].effect.value, version, candidate.reason,
-                             round(candidate.probability, 4)))
+                             round(candidate.probability, 4),
+                             None if after is None else {"name": after.name, "arguments": after.arguments}))
         return spec
+
+    def chain(self, call: ParsedCall, step: int, before: list[ParsedCall]) -> Speculation | None:
+        """The model has streamed `call` in full, after the calls `before` in the same answer. If it is a file
+        edit (and those only read), apply it in an overlay and start there the call predicted to follow it
+        (running/chain.py: when its result is served). Speculations no call before it can use are discarded."""
+        tool = self.tools.get(call.name)
+        args = validated(tool, call.arguments) if tool is not None else None
+        if tool is None or args is None or tool.effect is not Effect.MUTATING:
+            return None
+        self.step = step
+        version = self.workspace.refresh()
+        self._drop_stale(version)
+        earlier = [self._exact_of(c) for c in before]
+        for spec in list(self.specs.values()):
+            if spec.exact not in earlier:  # the edit will have changed the tree before any later call
+                self._discard(spec, DiscardReason.EDIT_FIRST, name=call.name)
+        self._edit_streamed = True
+        if self._unconfined is not None or any(self.effect_of(c.name) is not Effect.PURE for c in before):
+            return None  # an earlier call may change the tree first: the edit would apply to another version
+        edit = chain.plan(tool, args, exact_call(call.name, args), self.workspace)
+        if edit is None:
+            return None
+        for candidate in chain.followers(self.analyzer, call, edit, version, step, self.tools, self.budget.k):
+            if self._admit(candidate, version):
+                return self._start(candidate, Moment.A, version, edit)
+        return None
+
+    def effect_of(self, name: str) -> Effect:
+        """The effect class of a call of tool `name` (unknown for a tool this session does not have)."""
+        tool = self.tools.get(name)
+        return tool.effect if tool is not None else Effect.UNKNOWN
 
     async def _run(self, spec: Speculation) -> Observation:
         """Run the candidate as the tool would for real: pure ones on the workspace, sandboxed in an overlay."""
@@ -294,6 +341,8 @@ class SpeculationScheduler:
                     self._unconfined = (f"the sandbox cannot confine a run here ({spec.overlay.backend} backend, "
                                         "no mount namespace): nothing is run ahead of the model")
                     raise Unconfined(self._unconfined)
+                if spec.after is not None:
+                    await chain.apply(spec.after, spec.overlay)
                 return await run_tool(tool, args, spec.overlay)
             return await run_tool(tool, args, self.workspace)
         finally:
@@ -306,11 +355,14 @@ class SpeculationScheduler:
     def expect(self, calls: list[ParsedCall]) -> None:
         """The model's turn holds these calls: until each is taken, a speculation of it is kept for it when
         another call of the turn is taken, so every call of a turn of several can be served by one."""
-        self._expected = set()
-        for call in calls:
-            tool = self.tools.get(call.name)
-            if tool is not None and (args := validated(tool, call.arguments)) is not None:
-                self._expected.add(exact_call(call.name, args))
+        self._expected = {exact for call in calls if (exact := self._exact_of(call)) is not None}
+
+    def _exact_of(self, call: ParsedCall) -> str | None:
+        """What a speculation must be to answer `call` (`exact_call` of its validated arguments); None when its
+        tool is unknown or refuses its arguments."""
+        tool = self.tools.get(call.name)
+        args = validated(tool, call.arguments) if tool is not None else None
+        return exact_call(call.name, args) if args is not None else None
 
     async def take(self, call: ParsedCall) -> Observation | None:
         """The observation of `call` if a speculation has exactly it at the current version; None to run it.
@@ -340,6 +392,8 @@ class SpeculationScheduler:
             self._discard_unexpected()
             return None
         exact = exact_call(call.name, args)
+        if tool.effect is Effect.MUTATING:
+            self._taking_edit(call, exact, version)
         try:
             return await self._serve(call, tool, args, version, arrived)
         finally:
@@ -354,7 +408,7 @@ class SpeculationScheduler:
             self._totals["repeats"] += 1
             self.emit(SpecPromote.of_repeat(self.now(), self.step, call.call_id))
             return repeat
-        spec = next((s for s in self.specs.values() if s.exact == exact), None)
+        spec = next((s for s in self.specs.values() if s.exact == exact and s.servable), None)
         details: dict[str, object] = {}
         observation, reason, sliced = None, DiscardReason.FAILED, False
         if spec is not None:
@@ -397,6 +451,10 @@ class SpeculationScheduler:
         taints, changes = await asyncio.to_thread(vet, spec.overlay)
         if taints:
             return None, DiscardReason.TAINTED, {"detail": "; ".join(taints)}
+        if spec.after is not None:  # the overlay holds the edit now: the real one must have left the same
+            if (why := chain.differs(spec.after, self.workspace.root)) is not None:
+                return None, DiscardReason.EDIT_DIFFERED, {"name": spec.after.name, "detail": why}
+            changes = chain.untouched(spec.after, changes)
         if self.workspace.refresh() != version:
             return None, DiscardReason.FAILED, {}
         try:
@@ -454,14 +512,49 @@ class SpeculationScheduler:
         """Seconds a speculation of exactly this call has already run (all of its run, if it ended); None when
         none has. What is left of the call's time is then the time it takes, less this."""
         exact = exact_call(name, arguments)
-        spec = next((s for s in self.specs.values() if s.exact == exact), None)
+        spec = next((s for s in self.specs.values() if s.exact == exact and s.servable), None)
         return None if spec is None else (spec.finished or time.monotonic()) - spec.started
 
     def _discard_unexpected(self, kept: Speculation | None = None) -> None:
         """Discard every speculation but `kept` and those of the turn's calls still to be taken: not called."""
         for spec in list(self.specs.values()):
+            edit = spec.after if spec.after is not None and spec.after.pending else None
+            if edit is not None and (edit.call_id is not None or edit.exact in self._expected):
+                continue  # its edit is running, or is a call of the turn still to come
             if spec is not kept and spec.exact not in self._expected:
                 self._discard(spec, DiscardReason.NOT_CALLED)
+
+    # -- chains: the edit a speculation runs after -----------------------------------------------------
+
+    def _taking_edit(self, call: ParsedCall, exact: str, version: int) -> None:
+        """A mutating call is about to run for real (stale speculations are gone): a chain on exactly it waits
+        for it to land; any other chain is discarded (it runs after another tree)."""
+        for spec in list(self.specs.values()):
+            edit = spec.after
+            if edit is None or not edit.pending:
+                continue
+            if edit.exact != exact or spec.version != version:
+                self._discard(spec, DiscardReason.EDIT_FIRST, name=call.name)
+            else:
+                edit.call_id = call.call_id
+
+    def landed(self, call: ParsedCall, observation: Observation) -> None:
+        """A mutating call ended (ran, or was refused): a chain on it goes on at the new version if the edit
+        succeeded and left the tree as its overlay holds it; else it is discarded."""
+        exact = self._exact_of(call)
+        for spec in list(self.specs.values()):
+            edit = spec.after
+            if edit is None or not edit.pending or (edit.call_id != call.call_id and edit.exact != exact):
+                continue
+            if observation.is_error:
+                self._discard(spec, DiscardReason.EDIT_FAILED, name=call.name,
+                              detail=observation.text.split("\n", 1)[0])
+            elif edit.call_id != call.call_id:  # it ran without being taken: never seen, never served
+                self._discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail="not taken")
+            elif (why := chain.differs(edit, self.workspace.root)) is not None:  # checked again when served
+                self._discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail=why)
+            else:
+                edit.landed, spec.version = True, self.workspace.version
 
     def discard_all(self, reason: DiscardReason, **details: object) -> None:
         """Throw away every live speculation (the workspace is about to change, or the session ends)."""
