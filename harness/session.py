@@ -400,10 +400,7 @@ class Session(BetweenTurns):
                 self._written = None
                 self.launch(Moment.B, Partial(text=parser.text))
             case protocol.CallDone(index=index, call=call):
-                if index == 0:
-                    self._written = call  # started only if a second call follows: alone, it ends the answer
-                else:
-                    self.start_written(call)
+                self.written_out(index, call, parser)
             case protocol.CallName(index=index, name=name):
                 if index == 0 and (speculation := self.active_speculation) is not None:
                     # its place may go to a candidate of this tool
@@ -413,10 +410,20 @@ class Session(BetweenTurns):
                 if len(prefix := args_prefix_of(raw)) >= PREFIX_CHARS:
                     self._prefixed.add(index)
                     self.launch(Moment.C, Partial(text=parser.text, name=name, args_prefix=prefix))
-            case protocol.CallDone(call=call) if (scheduler := self.active_speculation) is not None:
-                # an edit streamed in full: the call after it may start in an overlay that holds it
-                before = [done for done in parser.calls if done is not call]
-                self.announce(self.guarded("chaining", lambda: scheduler.chain(call, self.steps, before)))
+
+    def written_out(self, index: int, call: protocol.ParsedCall, parser: protocol.CallParser) -> None:
+        """A call is written out in full while the answer may go on: an edit may start the call predicted after
+        it in an overlay that holds it (a chain); a call of a turn of several may start at once."""
+        if (scheduler := self.active_speculation) is None:
+            return
+        if self.effect_of(call.name) is Effect.MUTATING:
+            self._written = None
+            before = [done for done in parser.calls if done is not call]
+            self.announce(self.guarded("chaining", lambda: scheduler.chain(call, self.steps, before)))
+        elif index == 0:
+            self._written = call  # started only if a second call follows: alone, it ends the answer
+        else:
+            self.start_written(call)
 
     def start_written(self, call: protocol.ParsedCall) -> None:
         """Start a call of a turn of several as soon as it is written out, while the answer goes on."""

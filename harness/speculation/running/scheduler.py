@@ -249,8 +249,8 @@ class SpeculationScheduler:
         it is not a guess, so no utility is asked of it; a sandboxed one still needs an overlay place."""
         self.step = step
         tool = self.tools.get(call.name)
-        if tool is None or tool.effect is Effect.MUTATING or call.name == "finish":
-            return None
+        if tool is None or tool.effect is Effect.MUTATING or call.name == "finish" or self._edit_streamed:
+            return None  # after an edit in the same answer it would run at a version the edit ends
         args = validated(tool, call.arguments)
         key = self._key(call.name, args) if args is not None else None
         if args is None or key is None or key in self.specs:
