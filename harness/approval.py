@@ -151,6 +151,16 @@ class ApprovalPolicy:
         return Verdict(allowed, "user", answer.message,
                        "" if allowed else f"The user did not allow this {what}, so it was not run.{said}")
 
+    def allows_unasked(self, command: str, edit: bool = False) -> bool:
+        """Whether the call would run with nobody asked: what a speculation may assume before the real call."""
+        if not edit and not needs_approval(command, self.allow):
+            return True
+        settled = (MODES[ALIASES.get(self.mode, self.mode)].edits if edit
+                   else MODES[ALIASES.get(self.mode, self.mode)].commands)
+        if settled is not None:
+            return settled
+        return (edit, command) in self.always or (self.ask is None and self.headless == "allow")
+
     def _mode_refusal(self, what: str) -> str:
         """Why the mode refused a call without asking anyone, and how the user can allow it."""
         return (f"Not run: the approval policy refused this {what} without asking anyone (approval mode "

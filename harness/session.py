@@ -419,7 +419,11 @@ class Session(BetweenTurns):
         if self.effect_of(call.name) is Effect.MUTATING:
             self._written = None
             before = [done for done in parser.calls if done is not call]
-            self.announce(self.guarded("chaining", lambda: scheduler.chain(call, self.steps, before)))
+            request = request_for(call.name, call.arguments, Effect.MUTATING)
+            # code a person has not approved yet is not run, even in the sandbox
+            follow = self.approval is None or (request is not None and self.approval.allows_unasked(request.text,
+                                                                                                    request.edit))
+            self.announce(self.guarded("chaining", lambda: scheduler.chain(call, self.steps, before, follow)))
         elif index == 0:
             self._written = call  # started only if a second call follows: alone, it ends the answer
         else:

@@ -173,13 +173,11 @@ async def test_a_chain_is_discarded_when_the_tree_changes_before_the_real_edit(t
     assert real["calc/ops.py"].endswith(b"# the user was here\n")
 
 
-async def test_a_chain_is_discarded_when_the_real_edit_fails(tmp_path: Path) -> None:
-    refuses = ApprovalPolicy(mode="read-only")
-    on, real = await both(tmp_path, fix_then(("run_tests", {})), approval=refuses)
-    [discarded] = ends(on, chained(on).spec_id)
-    assert isinstance(discarded, SpecDiscard)
-    assert discarded.reason.startswith("the edit_file call it ran after failed for real: Not run")
-    assert b"return a - b" in real["calc/ops.py"]  # neither the overlay's edit nor its test run leaked
+async def test_no_chain_runs_an_edit_a_person_has_not_approved(tmp_path: Path) -> None:
+    for policy in (ApprovalPolicy(mode="read-only"), ApprovalPolicy(mode="ask", headless="deny")):
+        on, real = await both(tmp_path / policy.mode, fix_then(("run_tests", {})), approval=policy)
+        assert not [e for e in on if isinstance(e, SpecLaunch) and e.after is not None]
+        assert b"return a - b" in real["calc/ops.py"] and real["report.txt"] == b"add(2, 3) = -1\n"
 
 
 async def test_a_chain_is_discarded_when_the_next_call_is_another(tmp_path: Path) -> None:

@@ -294,10 +294,11 @@ class SpeculationScheduler:
                              None if after is None else {"name": after.name, "arguments": after.arguments}))
         return spec
 
-    def chain(self, call: ParsedCall, step: int, before: list[ParsedCall]) -> Speculation | None:
+    def chain(self, call: ParsedCall, step: int, before: list[ParsedCall], follow: bool = True) -> Speculation | None:
         """The model has streamed `call` in full, after the calls `before` in the same answer. If it is a file
-        edit (and those only read), apply it in an overlay and start there the call predicted to follow it
-        (running/chain.py: when its result is served). Speculations no call before it can use are discarded."""
+        edit (and those only read) and `follow` (nobody has to approve it first), apply it in an overlay and start
+        there the call predicted to follow it (running/chain.py: when its result is served). Speculations no call
+        before it can use are discarded."""
         tool = self.tools.get(call.name)
         args = validated(tool, call.arguments) if tool is not None else None
         if tool is None or args is None or tool.effect is not Effect.MUTATING:
@@ -310,7 +311,8 @@ class SpeculationScheduler:
             if spec.exact not in earlier:  # the edit will have changed the tree before any later call
                 self._discard(spec, DiscardReason.EDIT_FIRST, name=call.name)
         self._edit_streamed = True
-        if self._unconfined is not None or any(self.effect_of(c.name) is not Effect.PURE for c in before):
+        if not follow or self._unconfined is not None or any(self.effect_of(c.name) is not Effect.PURE
+                                                                for c in before):
             return None  # an earlier call may change the tree first: the edit would apply to another version
         edit = chain.plan(tool, args, exact_call(call.name, args), self.workspace)
         if edit is None:
