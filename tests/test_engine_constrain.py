@@ -64,7 +64,8 @@ def test_anything_else_is_refused(accepts, answer: str) -> None:
 def test_reasoning_is_bounded_and_calls_start_as_the_prompt_teaches() -> None:
     tag = structural_tag(SPECS, reasoning_tokens=12)
     reasoning = tag["format"]["elements"][0]
-    assert reasoning["content"] == {"type": "any_text", "max_tokens": 12, "excludes": ["</tool_call>"]} and reasoning["end"] == "<tool_call>"
+    assert reasoning["content"] == {"type": "any_text", "max_tokens": 12, "excludes": ["</tool_call>"]}
+    assert reasoning["end"] == "<tool_call>"
     assert call_prefix("read_file") == '{"name": "read_file", "arguments": '
     with pytest.raises(ValueError):
         structural_tag([])
