@@ -26,7 +26,7 @@ from harness.engine.api import WARM_PRIORITY, Engine, LLMRequest
 from harness.engine.openai_http import OpenAIEngine
 from harness.engine.recorded import Recording, ReplayEngine, Turn
 from harness.engine.sim import CPU, SimEngine
-from harness.gateway import serving
+from harness.gateway import KEEP_ALIVE, serving
 from harness.hints import ToolHints
 from harness.launch import SessionOptions
 from harness.session import Session, SessionConfig
@@ -113,7 +113,7 @@ def _event(data: dict[str, Any]) -> str:
 def serve(gateway: Gateway) -> Iterator[Gateway]:
     """Serve the gateway with uvicorn on a free port of 127.0.0.1 in a thread, for the test's duration."""
     server = uvicorn.Server(uvicorn.Config(gateway.app(), host="127.0.0.1", port=0, log_level="warning",
-                                           lifespan="off"))
+                                           lifespan="off", timeout_keep_alive=KEEP_ALIVE))  # as the real one
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     for _ in range(400):
