@@ -84,26 +84,38 @@ async def test_speculative_prefills_never_delay_authoritative_requests(vllm_engi
 
 async def test_a_request_sent_around_the_co_scheduler_holds_its_place_at_the_knee(vllm_engine) -> None:
     """The engine's own counts show a client that bypasses the co-scheduler (a single `tao run` on the same
-    engine): with room for one request, a session's request waits for that client's to end, then goes."""
+    engine): with room for one request, a session's request waits for that client's to end, then goes.
+
+    The other client's request cannot end by itself while the test watches (no end of text, a budget of minutes);
+    it ends when the test aborts it, once the session's request has arrived and was held. Ending it by its budget
+    raced: the co-scheduler's recheck could see the engine empty before the other client's reader resumed."""
     cosched = CoScheduler(vllm_engine, Pacing(knee=1, kv_tokens=40_000, max_wait=1e6))
     tag = uuid.uuid4().hex[:6]
-    other = LLMRequest(f"other-{tag}", [{"role": "user", "content": "Tell a long story."}], max_tokens=48)
+    other = LLMRequest(f"other-{tag}", [{"role": "user", "content": "Tell a long story."}], max_tokens=4000)
     mine = f"mine-{tag}"
     streaming = asyncio.Event()
     loop = asyncio.get_running_loop()
 
-    async def straight() -> float:
-        async for _ in vllm_engine.stream(other, ignore_eos=True):
+    def recorded(action: str) -> list[Record]:
+        return [r for r in cosched.records if r.request_id == mine and r.action == action]
+
+    async def straight() -> tuple[float | None, Chunk]:
+        ended, last = None, Chunk()
+        async for chunk in vllm_engine.stream(other, ignore_eos=True):
+            last = chunk
             streaming.set()
-        return loop.time()
+            if ended is None and recorded("arrive"):  # the session's request came: the other client goes away
+                ended = loop.time()
+                await vllm_engine.abort(other.request_id)
+        return ended, last
 
     async def session() -> Chunk:
         await streaming.wait()
         return await drain(cosched, "s1", real_request(mine))
 
-    other_ended, last = await asyncio.wait_for(asyncio.gather(straight(), session()), 300)
-    arrive, admit = (next(r for r in cosched.records if r.request_id == mine and r.action == action)
-                     for action in ("arrive", "admit"))
-    assert arrive.t < other_ended <= admit.t  # held while the other client's request ran, admitted after it
+    (other_ended, other_last), last = await asyncio.wait_for(asyncio.gather(straight(), session()), 300)
+    [arrive], [admit] = recorded("arrive"), recorded("admit")
+    assert other_last.finish_reason == "abort" and other_ended is not None
+    assert arrive.t <= other_ended <= admit.t  # held while the other client's request ran, admitted after it
     assert last.finish_reason in ("stop", "length")
     assert vllm_engine._llm.get_num_unfinished_requests() == 0
