@@ -245,9 +245,10 @@ async def test_the_tui_shows_its_sessions_pacing_while_the_model_is_asked(isolat
         assert "paced by tao serve" in status()
         assert app.live is not None
         session_id = app.live.session.session_id
-        await pilot.pause(1.5)  # a poll already on its way may still land
+        await until(pilot, lambda: not any(w.group == "pacing" and not w.is_finished for w in app.workers),
+                    "no poll on its way")  # the gateway had each poll once its worker ended
         polls = len(held_gateway.polls)
-        await pilot.pause(1.5)  # waiting for the user: no more polls
+        await pilot.pause(1.5)  # waiting for the user: no more polls (the status bar ticks once a second)
         assert len(held_gateway.polls) == polls
         await pilot.press("ctrl+q")
     assert set(held_gateway.polls) == {session_id}
