@@ -428,16 +428,24 @@ async def _unless_disconnected(request: Request, task: asyncio.Task[tuple[int, d
 
 @contextlib.asynccontextmanager
 async def serving(cosched: CoScheduler, model: str, port: int | None = None) -> AsyncIterator[str]:
-    """Serve the gateway in this event loop (tests, benchmarks, an in-process client); yields its base URL (/v1)."""
+    """Serve the gateway in this event loop (tests, benchmarks, an in-process client); yields its base URL (/v1).
+
+    It listens on a socket bound here and kept: a port found free and bound later by uvicorn could be taken in
+    between (by any connection's ephemeral port), and the gateway would not start."""
+    import socket
+
     import uvicorn
 
-    from harness.engine.server import free_port
-
-    port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(cosched, model), host="127.0.0.1", port=port,
-                                           log_level="warning", access_log=False, lifespan="off",
-                                           timeout_keep_alive=KEEP_ALIVE))
-    task = asyncio.create_task(server.serve())
+    listening = socket.socket()
+    try:
+        listening.bind(("127.0.0.1", port or 0))
+    except OSError as exc:
+        listening.close()
+        raise EngineError(f"the gateway could not listen on 127.0.0.1:{port}: {exc}; choose another port") from None
+    port = listening.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(build_app(cosched, model), log_level="warning", access_log=False,
+                                           lifespan="off", timeout_keep_alive=KEEP_ALIVE))
+    task = asyncio.create_task(server.serve(sockets=[listening]))
     try:
         while not server.started:
             if task.done():
@@ -448,6 +456,7 @@ async def serving(cosched: CoScheduler, model: str, port: int | None = None) -> 
     finally:
         server.should_exit = True
         await task
+        listening.close()
 
 
 # -- the process -------------------------------------------------------------------------------------
