@@ -335,7 +335,9 @@ async def test_real_engine_round_trip_streamed_and_not(greedy: VLLMEngine) -> No
     assert whole["choices"][0]["finish_reason"] == "tool_calls"
     assert whole["usage"]["prompt_tokens"] > 1000 and whole["usage"]["completion_tokens"] > 0
     chunks = [e for e in events if isinstance(e, dict)]
-    assert events[-1] == "[DONE]" and len(chunks) > 3
+    # at least the text, the finish reason and the usage; how many pieces the text came in is a matter of time (a
+    # reader held up on a busy machine gets the engine's steps merged)
+    assert events[-1] == "[DONE]" and len(chunks) >= 3
     assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 1000  # the same prompt, from the cache
     streamed_text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     assert protocol.OPEN in streamed_text  # X-Tao-Protocol: text got the raw text, the call's markup in it
