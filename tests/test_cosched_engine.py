@@ -51,13 +51,15 @@ async def test_speculative_prefills_never_delay_authoritative_requests(vllm_engi
 
     async def sequence() -> list[Chunk]:
         tasks = [asyncio.create_task(drain(cosched, f"s{1 + i}", warm_request(rid))) for i, rid in enumerate(warm_ids)]
-        while sum(r.action == "admit" for r in cosched.records) < 2:  # both speculations admitted
-            await asyncio.sleep(0.01)
+        # both speculations admitted (at once: the engine is idle); the real ones follow within a loop turn, as
+        # a prefill that ended first would never be aborted: no sleeping between (a poll every 10 ms left it 10 ms)
+        while sum(r.action == "admit" for r in cosched.records) < 2:
+            await asyncio.sleep(0)
         warmed.set()
         reals = [asyncio.create_task(drain(cosched, f"s{3 + i}", real_request(rid), warmed))
                  for i, rid in enumerate(real_ids)]
         while sum(r.action == "arrive" and not r.speculative for r in cosched.records) < 2:
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0)
         reals_in.set()
         late = asyncio.create_task(drain(cosched, "s5", warm_request(late_id), reals_in))
         return await asyncio.gather(*tasks, *reals, late)
