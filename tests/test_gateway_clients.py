@@ -23,6 +23,7 @@ from harness.calls.canonical import canonical
 from harness.cli import build_parser
 from harness.coscheduler import FCFS, CoScheduler
 from harness.engine.api import WARM_PRIORITY, Engine, LLMRequest
+from harness.engine import openai_http
 from harness.engine.openai_http import OpenAIEngine
 from harness.engine.recorded import Recording, ReplayEngine, Turn
 from harness.engine.sim import CPU, SimEngine
@@ -127,6 +128,13 @@ def serve(gateway: Gateway) -> Iterator[Gateway]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@pytest.fixture(autouse=True)
+def patient_hints(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hints and pacing polls wait for their answer as long as a busy machine needs: these tests check what they
+    carry, and Tao's 1 s bound (quick, or not worth waiting for) would drop one now and then, failing them."""
+    monkeypatch.setattr(openai_http, "HINT_TIMEOUT", 60.0)
 
 
 @pytest.fixture
