@@ -51,6 +51,11 @@ CLASSES: dict[str, int] = {Traffic.INTERACTIVE: INTERACTIVE_PRIORITY, Traffic.BA
 DEFAULT_MAX_TOKENS = LLMRequest("", []).max_tokens
 GATEWAY_TAG = (GATEWAY_HEADER.lower().encode(), GATEWAY_MARK.encode())  # as ASGI writes a header: lowercase bytes
 TEXT_PROTOCOL = "text"  # the X-Tao-Protocol header of a client that parses Tao's text protocol itself
+KEEP_ALIVE = 75
+"""Seconds an idle client connection stays open. Well above the clients' own idle limit (httpx's, so Tao's client,
+the openai SDK and LiteLLM: 5 s): at uvicorn's default, also 5 s, a client reused a connection at the moment the
+server closed it, and its request failed (RemoteProtocolError or ReadError: 17 of 300 requests sent at that gap
+with both limits at 0.2 s, none with the server's at 2 s)."""
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -431,15 +436,24 @@ async def _unless_disconnected(request: Request, task: asyncio.Task[tuple[int, d
 
 @contextlib.asynccontextmanager
 async def serving(cosched: CoScheduler, model: str, port: int | None = None) -> AsyncIterator[str]:
-    """Serve the gateway in this event loop (tests, benchmarks, an in-process client); yields its base URL (/v1)."""
+    """Serve the gateway in this event loop (tests, benchmarks, an in-process client); yields its base URL (/v1).
+
+    It listens on a socket bound here and kept: a port found free and bound later by uvicorn could be taken in
+    between (by any connection's ephemeral port), and the gateway would not start."""
+    import socket
+
     import uvicorn
 
-    from harness.engine.server import free_port
-
-    port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(cosched, model), host="127.0.0.1", port=port,
-                                           log_level="warning", access_log=False, lifespan="off"))
-    task = asyncio.create_task(server.serve())
+    listening = socket.socket()
+    try:
+        listening.bind(("127.0.0.1", port or 0))
+    except OSError as exc:
+        listening.close()
+        raise EngineError(f"the gateway could not listen on 127.0.0.1:{port}: {exc}; choose another port") from None
+    port = listening.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(build_app(cosched, model), log_level="warning", access_log=False,
+                                           lifespan="off", timeout_keep_alive=KEEP_ALIVE))
+    task = asyncio.create_task(server.serve(sockets=[listening]))
     try:
         while not server.started:
             if task.done():
@@ -450,6 +464,7 @@ async def serving(cosched: CoScheduler, model: str, port: int | None = None) -> 
     finally:
         server.should_exit = True
         await task
+        listening.close()
 
 
 # -- the process -------------------------------------------------------------------------------------
@@ -524,7 +539,8 @@ async def serve(args: argparse.Namespace) -> None:
     try:
         cosched = CoScheduler(engine, policy_for(args, engine))
         config = uvicorn.Config(build_app(cosched, model), host="127.0.0.1", port=port,
-                                log_level="warning", access_log=False, timeout_graceful_shutdown=5)
+                                log_level="warning", access_log=False, timeout_graceful_shutdown=5,
+                                timeout_keep_alive=KEEP_ALIVE)
         print(f"tao gateway: serving {model} on http://127.0.0.1:{port}/v1 through {engine.name}, "
               f"policy {cosched.policy.name}", file=sys.stderr, flush=True)
         await uvicorn.Server(config).serve()

@@ -4,7 +4,6 @@ constrained decoding and context limits. One engine serves every test (tests/con
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import multiprocessing
 import os
 import shutil
@@ -41,16 +40,6 @@ async def collect(engine, request: LLMRequest, **kwargs) -> tuple[str, Chunk]:
 
 def rid() -> str:
     return uuid.uuid4().hex[:10]
-
-
-@pytest.fixture
-def greedy(vllm_engine):
-    """The shared engine decoding greedily for one test: the small model's sampled answers vary from run to
-    run (one in three ran a string argument past the token budget here), its greedy ones do not."""
-    sampled = vllm_engine.settings
-    vllm_engine.settings = dataclasses.replace(sampled, temperature=0.0)
-    yield vllm_engine
-    vllm_engine.settings = sampled
 
 
 @pytest.fixture
@@ -110,7 +99,9 @@ async def test_aborted_request_stops_in_the_engine(vllm_engine) -> None:
             await vllm_engine.abort(request.request_id)
     final = chunks[-1]
     assert final.finish_reason == "abort"
-    assert final.usage is not None and final.usage.output_tokens < 100
+    # the abort, not the budget, ended it (how many tokens the engine made before the abort reached it is a
+    # matter of time: a busy machine lets it run ahead of this reader)
+    assert final.usage is not None and final.usage.output_tokens < request.max_tokens
     await asyncio.sleep(0.2)
     assert vllm_engine._llm.get_num_unfinished_requests() == 0
 
@@ -137,7 +128,10 @@ async def test_abandoned_stream_is_aborted(vllm_engine) -> None:
     assert vllm_engine._llm.get_num_unfinished_requests() == 0
 
 
-async def test_constrained_decoding_yields_only_valid_calls(vllm_engine) -> None:
+async def test_constrained_decoding_yields_only_valid_calls(greedy) -> None:
+    # Greedy: sampled, all four answers could run a string argument past the budget (no call to check) and fail
+    # the test by chance; every answer that finishes is checked either way.
+    vllm_engine = greedy
     tasks = ["Fix the failing test in calc.", "Say hello.", "Find where subtract is defined.",
              "Write a poem about the sea."]
     requests = [LLMRequest(rid(), [{"role": "system", "content": SYSTEM}, {"role": "user", "content": task}],

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from harness.coscheduler import CoScheduler, Pacing
-from harness.gateway import ASGIApp, Message, Scope, build_app
+from harness.gateway import KEEP_ALIVE, ASGIApp, Message, Scope, build_app
 from tests.helpers import make_calc_repo
 
 pytestmark = pytest.mark.engine
@@ -96,16 +96,18 @@ def run_agent(base_url: str, session: str, by_header: bool, repo: Path) -> Outco
 
 
 async def test_mini_swe_agent_sessions_are_paced_told_apart_and_end(
-        vllm_engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        greedy: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import uvicorn
 
     quiet_minisweagent(monkeypatch, tmp_path / "mswea-config")
-    cosched = CoScheduler(vllm_engine, Pacing(knee=2, kv_tokens=40_000, max_wait=1e6))
+    # greedy: that some answer is a whole bash call within 128 tokens must not be left to sampling
+    cosched = CoScheduler(greedy, Pacing(knee=2, kv_tokens=40_000, max_wait=1e6))
     counted = CountCompletions(build_app(cosched, MODEL))
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    server = uvicorn.Server(uvicorn.Config(counted, log_level="warning", access_log=False, lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(counted, log_level="warning", access_log=False, lifespan="off",
+                                           timeout_keep_alive=KEEP_ALIVE))
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:

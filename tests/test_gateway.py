@@ -51,7 +51,7 @@ def body(**extra: Any) -> dict[str, Any]:
 
 async def test_round_trip_streamed_and_not_with_native_tool_calls() -> None:
     cosched = CoScheduler(replay(), FCFS())
-    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         health = await client.get(url.removesuffix("/v1") + "/health")
         assert health.status_code == 200 and health.text == "ok" and health.headers["x-tao-gateway"] == "1"
         models = (await client.get("/models")).json()
@@ -86,7 +86,7 @@ async def test_round_trip_streamed_and_not_with_native_tool_calls() -> None:
 
 async def test_sessions_are_told_apart_by_header_then_user_then_fresh_ids() -> None:
     cosched = CoScheduler(replay(4), FCFS())
-    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         await client.post("/chat/completions", json=body(user="from-user"), headers={"X-Session-Id": "from-header"})
         await client.post("/chat/completions", json=body(user="from-user"))
         await client.post("/chat/completions", json=body())
@@ -99,7 +99,7 @@ async def test_sessions_are_told_apart_by_header_then_user_then_fresh_ids() -> N
 
 async def test_hint_reaches_the_coscheduler_and_pacing_says_where_a_session_stands() -> None:
     cosched = CoScheduler(replay(), Pacing(knee=2, kv_tokens=10_000, max_wait=60.0))
-    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         await client.post("/chat/completions", json=body(), headers={"X-Session-Id": "s1"})
         hint = await client.post("/tao/hint", json={"session": "s1", "event": "tool_start", "expected_seconds": 2.5})
         assert hint.status_code == 204 and hint.headers["x-tao-gateway"] == "1"
@@ -128,7 +128,7 @@ async def test_hint_reaches_the_coscheduler_and_pacing_says_where_a_session_stan
 async def test_bad_input_gets_an_openai_error_saying_what_was_expected(
         path: str, sent: object, headers: dict[str, str], status: int, says: str) -> None:
     cosched = CoScheduler(replay(), FCFS())
-    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         content = sent if isinstance(sent, bytes) else json.dumps(sent).encode()
         answer = await client.post(path, content=content, headers={"Content-Type": "application/json", **headers})
     assert answer.status_code == status and answer.headers["x-tao-gateway"] == "1"
@@ -141,7 +141,7 @@ async def test_a_prompt_too_long_for_the_engine_is_refused_with_the_reason() -> 
     engine = ReplayEngine(Recording([Turn("never")]), max_model_len=10)
     cosched = CoScheduler(engine, FCFS())
     long = {"messages": [{"role": "user", "content": "word " * 100}]}
-    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         whole = await client.post("/chat/completions", json=long)
         async with client.stream("POST", "/chat/completions", json={**long, "stream": True}) as streamed:
             events = [event async for event in sse_events(streamed)]
@@ -154,7 +154,7 @@ async def test_a_prompt_too_long_for_the_engine_is_refused_with_the_reason() -> 
 async def test_a_client_that_goes_away_mid_stream_aborts_its_request() -> None:
     engine = SimEngine(CPU)
     cosched = CoScheduler(engine, FCFS())
-    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         async with client.stream("POST", "/chat/completions", json=body(stream=True, max_tokens=5000)) as streamed:
             async for event in sse_events(streamed):
                 if isinstance(event, dict) and event["choices"][0]["delta"].get("content"):
@@ -167,7 +167,7 @@ async def test_a_client_that_goes_away_mid_stream_aborts_its_request() -> None:
 async def test_a_non_streamed_request_is_aborted_when_its_client_goes_away() -> None:
     engine = SimEngine(CPU)
     cosched = CoScheduler(engine, FCFS())
-    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         request = asyncio.create_task(client.post("/chat/completions", json=body(max_tokens=5000)))
         while not engine.stats.output_tokens:
             await asyncio.sleep(0.01)
@@ -186,7 +186,7 @@ def text_replay(turns: int = 2) -> ReplayEngine:
 
 async def test_a_text_protocol_call_reaches_a_plain_client_as_tool_calls() -> None:
     cosched = CoScheduler(text_replay(), FCFS())
-    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         tao = (await client.get("/models")).json()["data"][0]["tao"]
         whole = (await client.post("/chat/completions", json=body(tools=SPECS))).json()
         async with client.stream("POST", "/chat/completions", json=body(tools=SPECS, stream=True)) as streamed:
@@ -208,7 +208,7 @@ async def test_a_text_protocol_call_reaches_a_plain_client_as_tool_calls() -> No
 async def test_a_client_that_parses_the_protocol_itself_gets_the_raw_text() -> None:
     cosched = CoScheduler(text_replay(), FCFS())
     raw = {"X-Tao-Protocol": "text"}
-    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url) as client:
+    async with serving(cosched, "m") as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
         whole = (await client.post("/chat/completions", json=body(tools=SPECS), headers=raw)).json()
         async with client.stream("POST", "/chat/completions", json=body(tools=SPECS, stream=True),
                                  headers=raw) as streamed:
@@ -309,7 +309,10 @@ async def test_a_waiting_warm_prefill_is_dropped_when_its_session_sends_the_real
 
 
 @pytest.mark.engine
-async def test_real_engine_round_trip_streamed_and_not(vllm_engine: VLLMEngine) -> None:
+async def test_real_engine_round_trip_streamed_and_not(greedy: VLLMEngine) -> None:
+    # Greedy: the whole answer must be a complete call within its budget, which a sampled answer misses by chance
+    # (a string argument run past 320 tokens); the gateway's handling is the same at any temperature.
+    vllm_engine = greedy
     cosched = CoScheduler(vllm_engine, FCFS())
     messages = [{"role": "system", "content": protocol.render_system_prompt(SPECS, "/work/calc")},
                 {"role": "user", "content": "Run the tests."}]
@@ -332,7 +335,9 @@ async def test_real_engine_round_trip_streamed_and_not(vllm_engine: VLLMEngine) 
     assert whole["choices"][0]["finish_reason"] == "tool_calls"
     assert whole["usage"]["prompt_tokens"] > 1000 and whole["usage"]["completion_tokens"] > 0
     chunks = [e for e in events if isinstance(e, dict)]
-    assert events[-1] == "[DONE]" and len(chunks) > 3
+    # at least the text, the finish reason and the usage; how many pieces the text came in is a matter of time (a
+    # reader held up on a busy machine gets the engine's steps merged)
+    assert events[-1] == "[DONE]" and len(chunks) >= 3
     assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] > 1000  # the same prompt, from the cache
     streamed_text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks if c["choices"])
     assert protocol.OPEN in streamed_text  # X-Tao-Protocol: text got the raw text, the call's markup in it
