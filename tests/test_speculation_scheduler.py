@@ -33,6 +33,10 @@ class ScriptedAnalyzer:
     def observe(self, event: Event) -> None:
         pass
 
+    def ahead(self, events: list[Event]) -> ScriptedAnalyzer:
+        """For a chain past an edit: one that proposes nothing."""
+        return ScriptedAnalyzer()
+
     def predict(self, moment: str, partial: Any = None, k: int = 3) -> list[Candidate]:
         out = []
         for name, arguments in self.calls[:k]:

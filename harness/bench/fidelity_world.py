@@ -8,6 +8,7 @@ scheduler, the final tree, crashes, escapes while the speculation ran, and the w
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 import subprocess
@@ -46,15 +47,21 @@ class OneCandidate:
     def __init__(self, call: Call, root: str) -> None:
         """The candidate as the real analyzer would build it: keyed by its canonical form."""
         action = canonical(call.name, call.arguments, root)
-        self.candidate = Candidate(call.name, call.arguments, action.key, action.kind, action.effect, 0.9, 1.0, 0.1,
-                                   0.9, "fidelity bench")
+        self.candidates = [Candidate(call.name, call.arguments, action.key, action.kind, action.effect, 0.9, 1.0,
+                                     0.1, 0.9, "fidelity bench")]
 
     def observe(self, event: Event) -> None:
         """Nothing to learn."""
 
     def predict(self, moment: str = "a", partial: Any = None, k: int = 3) -> list[Candidate]:
         """The case's candidate, whatever the moment."""
-        return [self.candidate][:k]
+        return self.candidates[:k]
+
+    def ahead(self, events: list[Event]) -> OneCandidate:
+        """For a chain past an edit: one that proposes nothing (a case is about its one speculated call)."""
+        other = copy.copy(self)
+        other.candidates = []
+        return other
 
 
 @dataclass

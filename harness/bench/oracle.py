@@ -50,6 +50,11 @@ class OracleAnalyzer:
         elif isinstance(event, LLMEnd):
             self.turn += 1
 
+    def ahead(self, events: list[Event]) -> OracleAnalyzer:
+        """For a chain past an edit: an oracle that foresees nothing, as this one starts every call at (a) of
+        its own step."""
+        return OracleAnalyzer(Recording([]))
+
     def predict(self, moment: str = "a", partial: Partial | None = None, k: int = 3) -> list[Candidate]:
         """The coming turn's calls at (a); nothing later, as they were all started at (a)."""
         if moment != "a" or self.turn >= len(self.calls):
