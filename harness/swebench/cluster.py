@@ -128,16 +128,30 @@ class ClusterBatch(Batch):
     """A Batch whose instances run on Ray actors; the driver writes every output."""
 
     opener: EngineOpener | None = None
+    """Opens an instance's engine on its actor (module-level, so Ray sends it by name)."""
     args: Namespace | None = None
+    """The command's arguments, for `opener`."""
+    address: str = LOCAL
+    """The cluster's address (see `start`)."""
 
     async def run(self) -> dict[str, Any]:
-        """Work through every instance on `workers` actors; returns the run summary."""
-        ray = import_ray()
+        """Work through every instance on `workers` actors of the cluster (joined or started only when there is
+        work, and left when done); returns the run summary."""
         self.config.output.mkdir(parents=True, exist_ok=True)
         self.load_done()
         todo = deque(self.todo())
         if self.progress is not None:
             self.progress.done = len(self.results) - sum(1 for _, agent in todo if not agent)
+        if not todo:
+            return await self.write_outputs()
+        ray = start(self.address, self.config.workers)
+        try:
+            return await self.dispatch(ray, todo)
+        finally:
+            ray.shutdown()
+
+    async def dispatch(self, ray: ModuleType, todo: deque[tuple[Instance, bool]]) -> dict[str, Any]:
+        """Each of `workers` slots keeps an actor busy with the next instance; a dead actor is replaced."""
         actor_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(InstanceRunner)
         lost: dict[str, list[str]] = {}
         actors: list[Any] = []
@@ -166,7 +180,7 @@ class ClusterBatch(Batch):
                         todo.appendleft((instance, agent))
                         if self.progress is not None:
                             self.progress.console.print(f"tao swebench: {instance.instance_id} lost ({reason}); "
-                                                        "running it again", highlight=False)
+                                                        "running it again", highlight=False, soft_wrap=True)
                     else:
                         await self.receive(instance, {}, marks, ("cluster", f"{reason}, twice"))
                     ray.kill(actor)

@@ -22,7 +22,7 @@ from harness.errors import UsageError
 from harness.session import SessionConfig
 from harness.swebench import official
 from harness.swebench.batch import Batch, BatchConfig, paced_by_gateway
-from harness.swebench.cluster import LOCAL, ClusterBatch, check_engine, start
+from harness.swebench.cluster import LOCAL, ClusterBatch, check_engine
 from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT
 from harness.swebench.instances import Instance, load_instances
 from harness.swebench.progress import BatchProgress
@@ -138,11 +138,8 @@ async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
             policy = cosched_policy(args.cosched, args.knee, args.kv_tokens, args.max_wait)
             if args.ray is None:
                 return await Batch(instances, engine, config, policy, progress).run()
-            ray = start(args.ray, args.workers)
-            try:
-                return await ClusterBatch(instances, engine, config, policy, progress, open_batch_engine, args).run()
-            finally:
-                ray.shutdown()
+            return await ClusterBatch(instances, engine, config, policy, progress, open_batch_engine, args,
+                                      args.ray).run()
     finally:
         await engine.close()
 
