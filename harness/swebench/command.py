@@ -1,6 +1,7 @@
 """`tao swebench`: run an agent session on every instance of a SWE-bench-style dataset, optionally grade.
 
     tao swebench --instances lite.jsonl --repos ~/clones --workers 4 --output runs/lite [--evaluate] [--redo]
+    tao swebench ... --ray [ADDRESS] --engine openai --base-url URL   (sessions on a Ray cluster's nodes)
 
 Exit codes: 0 the batch went through (whatever each instance's outcome), 1 the engine or harness
 failed, 2 bad usage, 130 interrupted (rerun the same command to resume).
@@ -21,6 +22,7 @@ from harness.errors import UsageError
 from harness.session import SessionConfig
 from harness.swebench import official
 from harness.swebench.batch import Batch, BatchConfig, paced_by_gateway
+from harness.swebench.cluster import LOCAL, ClusterBatch, check_engine
 from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT
 from harness.swebench.instances import Instance, load_instances
 from harness.swebench.progress import BatchProgress
@@ -72,6 +74,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sim", choices=("cpu", "gpu"),
                    help="with --replay DIR: force the scripted turns through a simulated vLLM engine (benchmarks)")
     p.add_argument("--json", action="store_true", help="print the run summary as JSON on stdout")
+    p.add_argument("--ray", nargs="?", const=LOCAL, metavar="ADDRESS",
+                   help="run the instances on a Ray cluster, --workers at a time (the ray extra): ADDRESS of its head, "
+                        "auto for the one started on this machine by `ray start`, none to start a local one; every "
+                        "node needs the clones at --repos and reaches the engine over HTTP (--engine openai) or "
+                        "replays (--engine replay)")
     add_engine_flags(p)
     p.set_defaults(func=cmd_swebench)
 
@@ -120,6 +127,8 @@ async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
         test_command=args.test_command, test_timeout=args.test_timeout, eval_timeout=args.eval_timeout,
         eval_command=args.eval_command, model_name=args.model_name, run_id=args.run_id,
         keep_worktrees=args.keep_worktrees)
+    if args.ray is not None:
+        check_engine(args)
     engine = await open_batch_engine(args, instances)
     if paced_by_gateway(engine):
         print(f"tao swebench: paced by tao serve ({engine.name}); --cosched, --knee, --kv-tokens and --max-wait are "
@@ -127,7 +136,10 @@ async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
     try:
         with BatchProgress(len(instances), 0, args.workers, sys.stderr) as progress:
             policy = cosched_policy(args.cosched, args.knee, args.kv_tokens, args.max_wait)
-            return await Batch(instances, engine, config, policy, progress).run()
+            if args.ray is None:
+                return await Batch(instances, engine, config, policy, progress).run()
+            return await ClusterBatch(instances, engine, config, policy, progress, open_batch_engine, args,
+                                      args.ray).run()
     finally:
         await engine.close()
 

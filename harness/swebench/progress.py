@@ -28,6 +28,7 @@ class Row:
     tool: str = ""
     hits: int = 0
     status: str = "running"
+    node: str = ""
     ended: float | None = None
 
     def elapsed(self) -> float:
@@ -74,6 +75,18 @@ class BatchProgress:
                     row.step = event.steps
         return observe
 
+    def started(self, instance_id: str, node: str) -> None:
+        """An instance started on a cluster node (tao swebench --ray): its row shows the node, and a line says so
+        when there is no live table."""
+        self.rows[instance_id] = Row(instance_id, node=node)
+        if not self.live_mode:
+            self.console.print(f"{instance_id}: started on {node}", highlight=False)
+
+    def stepped(self, instance_id: str, step: int, hits: int) -> None:
+        """An instance's steps and speculation hits, known only at its end when it ran on another node."""
+        row = self.rows.setdefault(instance_id, Row(instance_id))
+        row.step, row.hits = step, hits
+
     def finished(self, instance_id: str, status: str, note: str = "") -> None:
         """An instance is done: update its row, count it, print a line when there is no live table."""
         row = self.rows.setdefault(instance_id, Row(instance_id))
@@ -97,10 +110,11 @@ class BatchProgress:
         caption = (f"{self.done}/{self.total} done, {self.workers} workers, "
                    f"elapsed {time.monotonic() - self.t0:.0f} s, ETA {'?' if eta is None else f'{eta:.0f} s'}")
         table = Table(title="tao swebench", caption=caption)
-        for column in ("instance", "status", "step", "tool", "spec hits", "elapsed"):
+        nodes = any(row.node for row in self.rows.values())  # on a cluster: where each instance runs
+        for column in ("instance", "status", *(("node",) if nodes else ()), "step", "tool", "spec hits", "elapsed"):
             table.add_column(column, justify="right" if column in ("step", "spec hits", "elapsed") else "left")
         rows = sorted(self.rows.values(), key=lambda r: (r.status != "running", -(r.ended or 0)))
         for row in rows[:MAX_ROWS]:
-            table.add_row(row.instance_id, row.status, str(row.step), row.tool, str(row.hits),
-                          f"{row.elapsed():.0f} s")
+            table.add_row(row.instance_id, row.status, *((row.node,) if nodes else ()), str(row.step), row.tool,
+                          str(row.hits), f"{row.elapsed():.0f} s")
         return table
