@@ -310,3 +310,24 @@ async def test_embedded_runs_share_no_cache_past_the_system_prompt(vllm_engine, 
     system = vllm_engine.render(LLMRequest("x", [{"role": "system", "content": "s"}], [], 1))  # template only
     assert 0 < cold["first_step"]["cached_tokens"] == warm["first_step"]["cached_tokens"]
     assert cold["first_step"]["cached_tokens"] < cold["first_step"]["prompt_tokens"] - len(system)
+
+
+async def test_metering_a_session_changes_none_of_its_speculations(tmp_path: Path) -> None:
+    """The meter times the analyzer's predictions; a copy the analyzer makes to predict past an edit must still
+    predict from its own state (a wrapper bound to the original answered from before the edit)."""
+    from harness.speculation.prediction.pattern_model import SHIPPED_MODEL, PatternModel
+    from harness.speculation.prediction.patterns import Analyzer
+
+    recording = script(CALLS)
+    launched = []
+    for metered in (False, True):
+        repo = make_calc_repo(tmp_path / str(metered))
+        events: list[Event] = []
+        session = Session(recording.task or "", ReplayEngine(recording, seconds_per_token=0.001), Workspace(repo),
+                          default_tools(), sinks=[events.append], analyzer=Analyzer(PatternModel.load(SHIPPED_MODEL)))
+        meter = Meter.attach(session, events) if metered else None
+        await session.run()
+        launched.append([(e.step, e.name, e.arguments, e.after) for e in events if isinstance(e, SpecLaunch)])
+        assert meter is None or meter.predict
+    assert launched[0] == launched[1]
+    assert any(after is not None for *_, after in launched[1])  # the edit's chain is among them

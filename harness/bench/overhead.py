@@ -3,8 +3,9 @@
     meter = Meter.attach(session, events)   # after open_session(...), before session.run()
 
 It wraps, on this one session's objects: the analyzer's `predict`, the scheduler's `launch` (predict,
-admission, starting the tasks), `take` (less the time it waited for a still-running speculation,
-which is tool time, not bookkeeping), `observe` (the analyzer following every event) and `close`
+admission, starting the tasks; with `chain` and `start_streamed`, the other two ways a speculation
+starts), `take` (less the time it waited for a still-running speculation, which is tool time, not
+bookkeeping), `observe` (the analyzer following every event) and `close`
 (killing what still runs at the end and removing its overlays, before session_end). All of these run
 on the event loop between two tokens, before a tool call or before the session ends, so their sum is
 added session time.
@@ -41,8 +42,21 @@ class Meter:
         if scheduler is None:
             return meter
         analyzer: Any = scheduler.analyzer
-        analyzer.predict = meter._timed(analyzer.predict, meter.predict)
+        plain = type(analyzer).predict
+
+        def timed_predict(self: Any, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return plain(self, *args, **kwargs)
+            finally:
+                meter.predict.append(time.perf_counter() - started)
+
+        # On its class, not the instance: a copy the analyzer makes of itself (`ahead`, to predict past an edit)
+        # must predict from its own state, and a wrapper bound to this instance would answer from the original's.
+        analyzer.__class__ = type(f"Metered{type(analyzer).__name__}", (type(analyzer),), {"predict": timed_predict})
         scheduler.launch = meter._timed(scheduler.launch, meter.launch)  # type: ignore[method-assign]
+        scheduler.chain = meter._timed(scheduler.chain, meter.launch)  # type: ignore[method-assign]
+        scheduler.start_streamed = meter._timed(scheduler.start_streamed, meter.launch)  # type: ignore[method-assign]
         take = scheduler.take
 
         async def timed_take(call: ParsedCall) -> Observation | None:
