@@ -134,8 +134,7 @@ class ApprovalPolicy:
         if not edit and not needs_approval(command, self.allow):
             return None
         what = "edit" if edit else "command"
-        mode = MODES[ALIASES.get(self.mode, self.mode)]
-        settled = mode.edits if edit else mode.commands
+        settled = self._settled(edit)
         if settled is not None:
             return Verdict(settled, self.mode, reason="" if settled else self._mode_refusal(what))
         if (edit, command) in self.always:
@@ -155,11 +154,15 @@ class ApprovalPolicy:
         """Whether the call would run with nobody asked: what a speculation may assume before the real call."""
         if not edit and not needs_approval(command, self.allow):
             return True
-        settled = (MODES[ALIASES.get(self.mode, self.mode)].edits if edit
-                   else MODES[ALIASES.get(self.mode, self.mode)].commands)
+        settled = self._settled(edit)
         if settled is not None:
             return settled
         return (edit, command) in self.always or (self.ask is None and self.headless == "allow")
+
+    def _settled(self, edit: bool) -> bool | None:
+        """What the mode alone says of an edit or a command: allowed, refused, or None (someone decides)."""
+        mode = MODES[ALIASES.get(self.mode, self.mode)]
+        return mode.edits if edit else mode.commands
 
     def _mode_refusal(self, what: str) -> str:
         """Why the mode refused a call without asking anyone, and how the user can allow it."""

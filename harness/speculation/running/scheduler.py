@@ -239,8 +239,11 @@ class SpeculationScheduler:
         running = [s for s in self.specs.values() if s.state is SpecState.RUNNING]
         if len(running) >= self.budget.max_running:
             return False
-        if tool.effect is not Effect.SANDBOXED:
-            return True
+        return tool.effect is not Effect.SANDBOXED or self._overlay_free()
+
+    def _overlay_free(self) -> bool:
+        """Whether a sandboxed run may start now: the sandbox confines here and an overlay place is free."""
+        running = [s for s in self.specs.values() if s.state is SpecState.RUNNING]
         sandboxed = sum(1 for s in running if self.tools[s.candidate.name].effect is Effect.SANDBOXED)
         return self._unconfined is None and sandboxed < self.budget.max_sandboxed
 
@@ -259,9 +262,7 @@ class SpeculationScheduler:
         exact = exact_call(call.name, args)
         if self._repeat(exact, version) is not None:
             return None
-        running = [s for s in self.specs.values() if s.state is SpecState.RUNNING]
-        sandboxed = sum(1 for s in running if self.tools[s.candidate.name].effect is Effect.SANDBOXED)
-        if tool.effect is Effect.SANDBOXED and (self._unconfined is not None or sandboxed >= self.budget.max_sandboxed):
+        if tool.effect is Effect.SANDBOXED and not self._overlay_free():
             return None
         candidate = Candidate(call.name, args, key, STREAMED, tool.effect.value, 1.0, 0.0, 0.0, 0.0,
                               "streamed: written out in full, the answer still going on")
