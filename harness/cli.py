@@ -56,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     repo = Path(args.repo).expanduser()
     if not repo.is_dir():
         raise UsageError(f"--repo {repo} is not a directory")
-    if not args.headless and not args.json and not args.quiet and sys.stdin.isatty() and sys.stdout.isatty():
+    if not args.headless and not args.json and not args.quiet and terminal_problem() is None:
         return cmd_tui(args, task=resolve_task(args) if args.task or args.replay else "")
     if args.resume is not None:
         if args.task:
@@ -83,9 +83,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def cmd_tui(args: argparse.Namespace, task: str = "") -> int:
-    """Open the terminal UI (the tui package, imported only here, and only on a terminal)."""
-    if problem := terminal_problem():
-        raise UsageError(problem)
+    """Open the terminal UI (the tui package, imported only here). Only on a terminal: its callers have checked
+    `terminal_problem` once (`main` for `tao tui` and `tao`, `cmd_run` for `tao run` on a terminal)."""
     from tui.app import main as tui_main
 
     return tui_main(args, Path(args.repo).expanduser(), task=task, resume=getattr(args, "resume", None))
