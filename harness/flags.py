@@ -119,10 +119,20 @@ def engine_options(args: argparse.Namespace) -> EngineOptions:
                          replicas=replicas if len(replicas) > 1 else ())
 
 
+def check_pacing(knee: int, kv_tokens: int, max_wait: float) -> None:
+    """Refuse pacing figures that make no sense (UsageError naming each bad flag, its value and what it must be)."""
+    bad = [f"{flag} {value:g} (expected {expected})" for flag, value, expected, ok in (
+        ("--knee", knee, "at least 1: requests in flight", knee >= 1),
+        ("--kv-tokens", kv_tokens, "at least 1: the engine's KV cache in tokens", kv_tokens >= 1),
+        ("--max-wait", max_wait, "seconds above 0", max_wait > 0)) if not ok]
+    if bad:
+        raise UsageError(f"bad pacing flag{'s' if len(bad) > 1 else ''}: {', '.join(bad)}; give a value in range, "
+                         "or leave the flag out for its default")
+
+
 def cosched_policy(name: str, knee: int, kv_tokens: int, max_wait: float) -> Policy:
     """The co-scheduling policy the flags ask for (`name` one of POLICIES): fcfs, or Pacing with these figures."""
     if name == "fcfs":
         return FCFS()
-    if knee < 1 or kv_tokens < 1 or max_wait <= 0:
-        raise UsageError("--knee and --kv-tokens must be at least 1 and --max-wait positive")
+    check_pacing(knee, kv_tokens, max_wait)
     return Pacing(knee=knee, kv_tokens=kv_tokens, max_wait=max_wait)

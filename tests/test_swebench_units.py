@@ -72,3 +72,51 @@ def test_the_table_shows_nodes_only_when_instances_run_on_a_cluster() -> None:
     table = progress.render()
     assert [c.header for c in table.columns][:3] == ["instance", "status", "node"]
     assert "host-b/1a2b3c4d pid 42" in list(table.columns[2].cells)
+
+
+def test_bad_pacing_flags_are_refused_before_the_instances_or_the_engine(tmp_path: Path) -> None:
+    """`tao swebench --knee 0` (or --max-wait 0) fails at once with what is wrong, what was expected and what to
+    do: before reading the instances (there are none here) and before opening the engine (a socket on
+    127.0.0.1 that stands for one must never be reached)."""
+    import socket
+    import subprocess
+    import sys
+
+    from tests.helpers import ROOT
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server.setblocking(False)
+    base = f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+    try:
+        for flag, value in (("--knee", "0"), ("--max-wait", "0"), ("--max-wait", "-5")):
+            argv = [sys.executable, "-m", "harness.cli", "swebench", "--instances", str(tmp_path / "none.jsonl"),
+                    "--repos", str(tmp_path), "--output", str(tmp_path / "out"), "--engine", "openai",
+                    "--base-url", base, flag, value]
+            result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert result.returncode == 2, result.stderr
+            assert f"tao: bad pacing flag: {flag} {value} (expected " in result.stderr
+            assert "leave the flag out for its default" in result.stderr and "Traceback" not in result.stderr
+            with pytest.raises(BlockingIOError):  # nothing ever connected to the engine's address
+                server.accept()
+        assert not (tmp_path / "out").exists()
+    finally:
+        server.close()
+
+
+def test_check_args_names_each_bad_pacing_flag_and_returns_the_policy() -> None:
+    import argparse
+
+    from harness.cli import build_parser
+    from harness.coscheduler import Pacing
+    from harness.swebench.command import check_args
+
+    def args(*flags: str) -> argparse.Namespace:
+        return build_parser().parse_args(["swebench", "--instances", "i.jsonl", "--repos", "r", "--output", "o",
+                                          *flags])
+
+    assert check_args(args("--knee", "2")) == Pacing(knee=2, kv_tokens=46_000, max_wait=120.0)
+    with pytest.raises(UsageError) as info:
+        check_args(args("--knee", "0", "--kv-tokens", "0", "--max-wait", "0"))
+    assert str(info.value).startswith("bad pacing flags: --knee 0 (expected at least 1")
+    assert "--kv-tokens 0 (expected at least 1" in str(info.value) and "--max-wait 0 (expected seconds above 0)" \
+        in str(info.value)

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from harness.coscheduler import Policy
 from harness.engine.api import Engine
 from harness.errors import UsageError
 from harness.session import SessionConfig
@@ -107,13 +108,21 @@ async def open_batch_engine(args: argparse.Namespace, instances: list[Instance])
     return await open_engine(engine_options(args))
 
 
-async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
-    """Load, open the engine, run the batch, close the engine."""
+def check_args(args: argparse.Namespace) -> Policy:
+    """Refuse bad numbers among the flags before anything slow (loading instances, opening the engine: half a
+    minute for vLLM); returns the co-scheduling policy the flags ask for."""
     from harness.flags import cosched_policy
-    from harness.launch import session_patterns
 
     if args.workers < 1 or args.max_steps < 1 or args.max_time <= 0:
         raise UsageError("--workers and --max-steps must be at least 1 and --max-time positive")
+    return cosched_policy(args.cosched, args.knee, args.kv_tokens, args.max_wait)
+
+
+async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
+    """Check the flags, load, open the engine, run the batch, close the engine."""
+    from harness.launch import session_patterns
+
+    policy = check_args(args)
     if not args.repos.is_dir():
         raise UsageError(f"--repos {args.repos} is not a folder; give the folder that holds the local clones")
     instances = load_instances(args.instances)
@@ -135,7 +144,6 @@ async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
               "the gateway's to set", file=sys.stderr)
     try:
         with BatchProgress(len(instances), 0, args.workers, sys.stderr) as progress:
-            policy = cosched_policy(args.cosched, args.knee, args.kv_tokens, args.max_wait)
             if args.ray is None:
                 return await Batch(instances, engine, config, policy, progress).run()
             return await ClusterBatch(instances, engine, config, policy, progress, open_batch_engine, args,
