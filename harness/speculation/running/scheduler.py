@@ -15,8 +15,8 @@ another world than a real run would (its overlay's taints, hard-linked files): i
 applied to the real tree just as the real run would have made them. The repeat cache answers a call again
 only for pure tools, whose output is a function of the workspace. Whatever the real call does not use is
 discarded at once. A file edit the model has streamed in full may be applied in an overlay for the call
-predicted after it (`chain`; the rule is in running/chain.py). The scheduler decides and keeps books; the
-tools themselves do the running.
+predicted after it (`chain`; the rule is in running/chain.py); calls the model has written out are started
+by running/written.py. The scheduler decides and keeps books; the tools themselves do the running.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, SpecSumm
 from harness.protocol import ParsedCall
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
-from harness.speculation.running import chain
+from harness.speculation.running import chain, written
 from harness.speculation.running.chain import Edit
 from harness.speculation.running.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
 from harness.vocabulary import DiscardReason, Moment, SpecState
@@ -46,10 +46,6 @@ from tools.reading import ReadFile
 from tools.textfile import TextFile
 
 _log = logging.getLogger(__name__)
-
-
-STREAMED = "streamed"
-"""The kind of a speculation that is a call the model has already written (`start_streamed`), not a guess."""
 
 
 class Unconfined(RuntimeError):
@@ -167,9 +163,9 @@ class SpeculationScheduler:
         self._calls: dict[str, tuple[ToolCall, int]] = {}  # calls waiting for their result, and their version
         self._seen: dict[str, tuple[int, Observation]] = {}  # exact call -> (version, observation) of pure runs
         self._last: dict[str, LastRun] = {}  # canonical key -> its last real run, any version
-        self._unconfined: str | None = None  # why sandboxed calls are never run ahead here, once found out
+        self.unconfined: str | None = None  # why sandboxed calls are never run ahead here, once found out
         self._expected: set[str] = set()  # exact calls of the model's turn not yet taken: their speculations stay
-        self._edit_streamed = False  # the answer holds a complete mutating call: nothing more runs at this version
+        self.edit_streamed = False  # the answer holds a complete mutating call: nothing more runs at this version
         self._totals = {"launched": 0, "promoted": 0, "discarded": 0, "tainted": 0, "repeats": 0, "saved": 0.0,
                         "wasted": 0.0}
 
@@ -185,7 +181,7 @@ class SpeculationScheduler:
             tool = self.tools.get(call.name)
             if tool is None or tool.effect is Effect.MUTATING:
                 return
-            if (key := self._key(call.name, call.arguments)) is not None:
+            if (key := self.key_of(call.name, call.arguments)) is not None:
                 self._last[key] = LastRun.of(call.name, event)
             # Only a pure tool's output is a function of the workspace: a test run may print the time, and
             # a call that changed the tree (a test writing a report) may answer differently when repeated.
@@ -195,7 +191,7 @@ class SpeculationScheduler:
                 observation = Observation(event.output, event.is_error, event.exit_code, event.truncated_chars)
                 self._seen[exact_call(call.name, args)] = (event.workspace_version, observation)
 
-    def _key(self, name: str, arguments: Any) -> str | None:
+    def key_of(self, name: str, arguments: Any) -> str | None:
         """The canonical key of a call (for predictions and guesses only), None if it has none."""
         try:
             return canonical(name, arguments, str(self.workspace.root)).key
@@ -208,20 +204,20 @@ class SpeculationScheduler:
         """Start the candidates worth it at this moment of `step`; returns the ones started."""
         self.step = step
         if moment is Moment.A:
-            self._edit_streamed = False
+            self.edit_streamed = False
         version = self.workspace.refresh()
-        self._drop_stale(version)
+        self.drop_stale(version)
         started: list[Speculation] = []
-        if self._edit_streamed:
+        if self.edit_streamed:
             return started  # whatever would start now runs at a version the edit ends
         for candidate in self.analyzer.predict(moment, partial, k=self.budget.k):
             if partial is not None and partial.name and candidate.name != partial.name:
                 continue  # the call has begun as another tool: this one can never be it (see narrow)
-            if self._admit(candidate, version):
-                started.append(self._start(candidate, moment, version))
+            if self.admit(candidate, version):
+                started.append(self.start(candidate, moment, version))
         return started
 
-    def _admit(self, candidate: Candidate, version: int) -> bool:
+    def admit(self, candidate: Candidate, version: int) -> bool:
         """Whether a candidate may start now: runnable ahead of the model, new, likely, paid for, in budget."""
         tool = self.tools.get(candidate.name)
         if tool is None or tool.effect is Effect.MUTATING or candidate.name == "finish":
@@ -230,7 +226,7 @@ class SpeculationScheduler:
             exact = exact_call(candidate.name, candidate.arguments)
         except Exception:  # not JSON: no real call could ever equal it
             return False
-        if candidate.key in self.specs or self._repeat(exact, version) is not None:
+        if candidate.key in self.specs or self.repeat(exact, version) is not None:
             return False  # already running, or its result at this version is already known
         if candidate.utility <= self.budget.min_utility or candidate.probability < self.budget.min_probability:
             return False
@@ -239,47 +235,30 @@ class SpeculationScheduler:
         running = [s for s in self.specs.values() if s.state is SpecState.RUNNING]
         if len(running) >= self.budget.max_running:
             return False
-        return tool.effect is not Effect.SANDBOXED or self._overlay_free()
+        return tool.effect is not Effect.SANDBOXED or self.overlay_free()
 
-    def _overlay_free(self) -> bool:
+    def overlay_free(self) -> bool:
         """Whether a sandboxed run may start now: the sandbox confines here and an overlay place is free."""
         running = [s for s in self.specs.values() if s.state is SpecState.RUNNING]
         sandboxed = sum(1 for s in running if self.tools[s.candidate.name].effect is Effect.SANDBOXED)
-        return self._unconfined is None and sandboxed < self.budget.max_sandboxed
+        return self.unconfined is None and sandboxed < self.budget.max_sandboxed
 
     def start_streamed(self, call: ParsedCall, step: int) -> Speculation | None:
-        """Start a call the model has written out in full while its answer goes on (a turn of several calls):
-        it is not a guess, so no utility is asked of it; a sandboxed one still needs an overlay place."""
-        self.step = step
-        tool = self.tools.get(call.name)
-        if tool is None or tool.effect is Effect.MUTATING or call.name == "finish" or self._edit_streamed:
-            return None  # after an edit in the same answer it would run at a version the edit ends
-        args = validated(tool, call.arguments)
-        key = self._key(call.name, args) if args is not None else None
-        if args is None or key is None or key in self.specs:
-            return None  # refused by its schema (it runs for real, for the tool's error), or already running
-        version = self.workspace.refresh()
-        exact = exact_call(call.name, args)
-        if self._repeat(exact, version) is not None:
-            return None
-        if tool.effect is Effect.SANDBOXED and not self._overlay_free():
-            return None
-        candidate = Candidate(call.name, args, key, STREAMED, tool.effect.value, 1.0, 0.0, 0.0, 0.0,
-                              "streamed: written out in full, the answer still going on")
-        return self._start(candidate, Moment.C, version)
+        """Start a call the model has written out in full while its answer goes on (running/written.py)."""
+        return written.start_streamed(self, call, step)
 
     def last_output(self, call: ParsedCall) -> str | None:
         """What the same call printed when it last really ran: a guess of its output, where it is a fair one."""
-        key = self._key(call.name, call.arguments)
+        key = self.key_of(call.name, call.arguments)
         last = self._last.get(key) if key is not None else None
         return last.guess(call.name, self.workspace.version) if last is not None else None
 
-    def _repeat(self, exact: str, version: int) -> Observation | None:
+    def repeat(self, exact: str, version: int) -> Observation | None:
         """The observation a real run of the same pure call produced at this same version, if there was one."""
         seen = self._seen.get(exact)
         return seen[1] if seen is not None and seen[0] == version else None
 
-    def _start(self, candidate: Candidate, moment: Moment, version: int, after: Edit | None = None) -> Speculation:
+    def start(self, candidate: Candidate, moment: Moment, version: int, after: Edit | None = None) -> Speculation:
         """Start one candidate's run (after an edit applied in its overlay, for a chain) and say so."""
         self._count += 1
         spec = Speculation(f"s{self._count}", candidate, candidate.key,
@@ -296,32 +275,9 @@ class SpeculationScheduler:
         return spec
 
     def chain(self, call: ParsedCall, step: int, before: list[ParsedCall], follow: bool = True) -> Speculation | None:
-        """The model has streamed `call` in full, after the calls `before` in the same answer. If it is a file
-        edit (and those only read) and `follow` (nobody has to approve it first), apply it in an overlay and start
-        there the call predicted to follow it (running/chain.py: when its result is served). Speculations no call
-        before it can use are discarded."""
-        tool = self.tools.get(call.name)
-        args = validated(tool, call.arguments) if tool is not None else None
-        if tool is None or args is None or tool.effect is not Effect.MUTATING:
-            return None
-        self.step = step
-        version = self.workspace.refresh()
-        self._drop_stale(version)
-        earlier = [self._exact_of(c) for c in before]
-        for spec in list(self.specs.values()):
-            if spec.exact not in earlier:  # the edit will have changed the tree before any later call
-                self._discard(spec, DiscardReason.EDIT_FIRST, name=call.name)
-        self._edit_streamed = True
-        if not follow or self._unconfined is not None or any(self.effect_of(c.name) is not Effect.PURE
-                                                                for c in before):
-            return None  # an earlier call may change the tree first: the edit would apply to another version
-        edit = chain.plan(tool, args, exact_call(call.name, args), self.workspace)
-        if edit is None:
-            return None
-        for candidate in chain.followers(self.analyzer, call, edit, version, step, self.tools, self.budget.k):
-            if self._admit(candidate, version):
-                return self._start(candidate, Moment.A, version, edit)
-        return None
+        """Start the call predicted after a file edit the model has streamed in full, in an overlay that holds the
+        edit; speculations no call before the edit can use are discarded (running/written.py)."""
+        return written.chain(self, call, step, before, follow)
 
     def effect_of(self, name: str) -> Effect:
         """The effect class of a call of tool `name` (unknown for a tool this session does not have)."""
@@ -341,9 +297,9 @@ class SpeculationScheduler:
             if tool.effect is Effect.SANDBOXED:
                 spec.overlay = await Overlay(self.workspace).open()
                 if not spec.overlay.confines:
-                    self._unconfined = (f"the sandbox cannot confine a run here ({spec.overlay.backend} backend, "
+                    self.unconfined = (f"the sandbox cannot confine a run here ({spec.overlay.backend} backend, "
                                         "no mount namespace): nothing is run ahead of the model")
-                    raise Unconfined(self._unconfined)
+                    raise Unconfined(self.unconfined)
                 if spec.after is not None:
                     await chain.apply(spec.after, spec.overlay)
                 return await run_tool(tool, args, spec.overlay)
@@ -358,9 +314,9 @@ class SpeculationScheduler:
     def expect(self, calls: list[ParsedCall]) -> None:
         """The model's turn holds these calls: until each is taken, a speculation of it is kept for it when
         another call of the turn is taken, so every call of a turn of several can be served by one."""
-        self._expected = {exact for call in calls if (exact := self._exact_of(call)) is not None}
+        self._expected = {exact for call in calls if (exact := self.exact_of(call)) is not None}
 
-    def _exact_of(self, call: ParsedCall) -> str | None:
+    def exact_of(self, call: ParsedCall) -> str | None:
         """What a speculation must be to answer `call` (`exact_call` of its validated arguments); None when its
         tool is unknown or refuses its arguments."""
         tool = self.tools.get(call.name)
@@ -386,7 +342,7 @@ class SpeculationScheduler:
     async def _take(self, call: ParsedCall, arrived: float) -> Observation | None:
         """`take` itself: validate the real call, then a repeat, an exact speculation or a range of a read."""
         version = self.workspace.refresh()
-        self._drop_stale(version)
+        self.drop_stale(version)
         tool = self.tools.get(call.name) if isinstance(call.name, str) else None
         args = validated(tool, call.arguments) if tool is not None else None
         if tool is None or args is None:
@@ -406,7 +362,7 @@ class SpeculationScheduler:
                      arrived: float) -> Observation | None:
         """A validated call's observation from a repeat, an exact speculation or a range of a whole read."""
         exact = exact_call(call.name, args)
-        if tool.effect is Effect.PURE and (repeat := self._repeat(exact, version)) is not None:
+        if tool.effect is Effect.PURE and (repeat := self.repeat(exact, version)) is not None:
             self._discard_unexpected()
             self._totals["repeats"] += 1
             self.emit(SpecPromote.of_repeat(self.now(), self.step, call.call_id))
@@ -421,7 +377,7 @@ class SpeculationScheduler:
             sliced = observation is not None
         self._discard_unexpected(spec)
         if spec is not None and observation is None:
-            self._discard(spec, reason, **details)
+            self.discard(spec, reason, **details)
         if spec is not None and observation is not None:
             self._promote(spec, call, arrived, sliced)
         return observation
@@ -498,18 +454,18 @@ class SpeculationScheduler:
 
     # -- discarding ----------------------------------------------------------------------------------
 
-    def _drop_stale(self, version: int) -> None:
+    def drop_stale(self, version: int) -> None:
         """Discard what ran at another version, and forget real runs of another version."""
         self._seen = {exact: seen for exact, seen in self._seen.items() if seen[0] == version}
         for spec in list(self.specs.values()):
             if spec.version != version:
-                self._discard(spec, DiscardReason.STALE, was=spec.version, now=version)
+                self.discard(spec, DiscardReason.STALE, was=spec.version, now=version)
 
     def narrow(self, name: str) -> None:
         """The model has begun a call to `name`: a speculation of another tool cannot be it, so free its place."""
         for spec in list(self.specs.values()):
             if spec.candidate.name != name:
-                self._discard(spec, DiscardReason.OTHER_TOOL, name=name)
+                self.discard(spec, DiscardReason.OTHER_TOOL, name=name)
 
     def head_start(self, name: str, arguments: dict[str, Any]) -> float | None:
         """Seconds a speculation of exactly this call has already run (all of its run, if it ended); None when
@@ -525,7 +481,7 @@ class SpeculationScheduler:
             if edit is not None and (edit.call_id is not None or edit.exact in self._expected):
                 continue  # its edit is running, or is a call of the turn still to come
             if spec is not kept and spec.exact not in self._expected:
-                self._discard(spec, DiscardReason.NOT_CALLED)
+                self.discard(spec, DiscardReason.NOT_CALLED)
 
     # -- chains: the edit a speculation runs after -----------------------------------------------------
 
@@ -537,34 +493,34 @@ class SpeculationScheduler:
             if edit is None or not edit.pending:
                 continue
             if edit.exact != exact or spec.version != version:
-                self._discard(spec, DiscardReason.EDIT_FIRST, name=call.name)
+                self.discard(spec, DiscardReason.EDIT_FIRST, name=call.name)
             else:
                 edit.call_id = call.call_id
 
     def landed(self, call: ParsedCall, observation: Observation) -> None:
         """A mutating call ended (ran, or was refused): a chain on it goes on at the new version if the edit
         succeeded and left the tree as its overlay holds it; else it is discarded."""
-        exact = self._exact_of(call)
+        exact = self.exact_of(call)
         for spec in list(self.specs.values()):
             edit = spec.after
             if edit is None or not edit.pending or (edit.call_id != call.call_id and edit.exact != exact):
                 continue
             if observation.is_error:
-                self._discard(spec, DiscardReason.EDIT_FAILED, name=call.name,
+                self.discard(spec, DiscardReason.EDIT_FAILED, name=call.name,
                               detail=observation.text.split("\n", 1)[0])
             elif edit.call_id != call.call_id:  # it ran without being taken: never seen, never served
-                self._discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail="not taken")
+                self.discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail="not taken")
             elif (why := chain.differs(edit, self.workspace.root)) is not None:  # checked again when served
-                self._discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail=why)
+                self.discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail=why)
             else:
                 edit.landed, spec.version = True, self.workspace.version
 
     def discard_all(self, reason: DiscardReason, **details: object) -> None:
         """Throw away every live speculation (the workspace is about to change, or the session ends)."""
         for spec in list(self.specs.values()):
-            self._discard(spec, reason, **details)
+            self.discard(spec, reason, **details)
 
-    def _discard(self, spec: Speculation, reason: DiscardReason, **details: object) -> None:
+    def discard(self, spec: Speculation, reason: DiscardReason, **details: object) -> None:
         """Throw one speculation away and say why (`details` fill in the reason's text)."""
         if spec.state >= SpecState.PROMOTED:
             return
