@@ -12,19 +12,32 @@ writing. In a git repository the store borrows the user's objects (alternates) a
 the user's index, so the first snapshot only hashes what differs from it; `.gitignore` (and the user's
 `.git/info/exclude`) keep ignored trees out. Outside git, common heavy folders (node_modules, .venv, ...)
 are left out. Ignored files are never restored or removed by an undo.
+
+Retention: every commit a session makes (its checkpoints, the state before each undo, and those a resumed
+session adopts) is kept by a ref of that session, `refs/sessions/<key>/<commit>`, and `sessions/<key>` says
+when the session last used the store (its mtime). When a session opens the store, the sessions that are
+neither among the KEEP_SESSIONS newest (the opening one counts) nor used within KEEP_DAYS lose their refs,
+marks and leftover index, and `git prune` removes the objects nothing kept reaches and that are older than
+KEEP_DAYS (a younger object may belong to a session taking a checkpoint at that moment). The opening
+session is the newest, so what it takes or adopts is never pruned; a saved session whose checkpoints are
+gone simply cannot undo those turns (`adopt` drops them).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.events import Checkpointed, Event, Undone
+
+_log = logging.getLogger(__name__)
 
 # Left out of snapshots of a directory that is not a git repository (it has no .gitignore to say so).
 DEFAULT_EXCLUDES = ("node_modules/", ".venv/", "venv/", "__pycache__/", "*.pyc", ".tox/", ".nox/", ".mypy_cache/",
@@ -33,6 +46,8 @@ DEFAULT_EXCLUDES = ("node_modules/", ".venv/", "venv/", "__pycache__/", "*.pyc",
 _IDENTITY = {"GIT_AUTHOR_NAME": "tao", "GIT_AUTHOR_EMAIL": "tao@localhost", "GIT_COMMITTER_NAME": "tao",
              "GIT_COMMITTER_EMAIL": "tao@localhost", "GIT_AUTHOR_DATE": "1970-01-01T00:00:00Z",
              "GIT_COMMITTER_DATE": "1970-01-01T00:00:00Z"}
+KEEP_SESSIONS = 20  # a repository's newest sessions whose checkpoints are kept, however old
+KEEP_DAYS = 30.0  # ... and those of every session that used the store more recently than this
 # Variables that would point git at another repository than the store.
 _FOREIGN = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
             "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "GIT_PREFIX")
@@ -57,7 +72,7 @@ class Restored:
     """What an undo did: the checkpoint it went back to, and the files it changed to get there."""
 
     checkpoint: Checkpoint
-    saved: str  # a commit of the work tree as it was just before the undo (nothing is lost for good)
+    saved: str  # a commit of the work tree as it was just before the undo (kept as long as the session's checkpoints)
     modified: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)  # created since the checkpoint
     recreated: list[str] = field(default_factory=list)  # deleted since the checkpoint
@@ -73,21 +88,29 @@ class Checkpoints:
     def __init__(self, root: Path, git_dir: Path, name: str) -> None:
         """Use `open`; `name` keeps this session's index apart from other sessions' in the same store."""
         self.root, self.git_dir = root, git_dir
-        self.index = git_dir / f"index-{name}"
+        self.name, self.index = name, git_dir / f"index-{name}"
+        self.key = hashlib.sha256(name.encode()).hexdigest()[:16]  # names this session's refs and mark
+        self.mark = git_dir / "sessions" / self.key
         self.stack: list[Checkpoint] = []  # checkpoints an undo can still go back to, oldest first
         self.start: Checkpoint | None = None  # the session's first checkpoint, for `diff`
         self._lock = threading.Lock()
         self._seeded = False
 
     @classmethod
-    def open(cls, root: Path, folder: Path, name: str = "") -> Checkpoints:
-        """The store of `root` under `folder` (made on first use); raises CheckpointError when git cannot run."""
+    def open(cls, root: Path, folder: Path, name: str = "", keep_sessions: int = KEEP_SESSIONS,
+             keep_days: float = KEEP_DAYS) -> Checkpoints:
+        """The store of `root` under `folder` (made on first use), with old sessions' checkpoints pruned (see the
+        module's docstring: `keep_sessions`, `keep_days`); raises CheckpointError when git cannot run."""
         root = root.resolve()
         if shutil.which("git") is None:
             raise CheckpointError("git is not installed, so Tao keeps no checkpoints and /undo is unavailable")
         git_dir = folder / hashlib.sha256(str(root).encode()).hexdigest()[:16]
         store = cls(root, git_dir, name or f"{os.getpid()}-{id(root):x}")
         store._prepare()
+        try:
+            store.prune(keep_sessions, keep_days)
+        except (CheckpointError, OSError) as exc:  # old checkpoints stay a while longer; this session's are safe
+            _log.warning("could not prune old checkpoints in %s: %s", git_dir, exc)
         return store
 
     # -- taking and restoring -----------------------------------------------------------------------
@@ -98,6 +121,7 @@ class Checkpoints:
             tree = self._stage()
             parent = ["-p", self.stack[-1].commit] if self.stack else []
             commit = self._git("commit-tree", tree, *parent, "-m", f"turn {turn}: {label}").strip()
+            self._keep([commit])
             checkpoint = Checkpoint(turn, commit, tree, label)
             self.stack.append(checkpoint)
             self.start = self.start or checkpoint
@@ -113,6 +137,7 @@ class Checkpoints:
                 return None
             checkpoint = self.stack.pop()
             saved = self._git("commit-tree", current, "-p", checkpoint.commit, "-m", "before undo").strip()
+            self._keep([saved])
             changes = self._git("diff-index", "--cached", "--no-renames", "--name-status", "-z", checkpoint.tree)
             modified, removed, recreated = _split(changes)
             self._git("read-tree", "-u", "--reset", checkpoint.tree)
@@ -130,12 +155,50 @@ class Checkpoints:
         """Take over a resumed session's checkpoints (oldest first), those whose commits the store still has."""
         with self._lock:
             kept = [c for c in checkpoints if self._run("cat-file", "-e", f"{c.commit}^{{commit}}").returncode == 0]
+            self._keep([c.commit for c in kept])  # this session's now: pruned with it, not with the one that made them
             self.stack = kept
             self.start = self.start or (kept[0] if kept else None)
 
     def close(self) -> None:
         """Drop this session's index (the commits stay in the store)."""
         self.index.unlink(missing_ok=True)
+
+    # -- retention ----------------------------------------------------------------------------------
+
+    def prune(self, keep_sessions: int, keep_days: float) -> list[str]:
+        """Drop the sessions neither among the `keep_sessions` newest (this one first) nor used within `keep_days`,
+        then remove what nothing kept reaches and is older than `keep_days`; returns the names dropped."""
+        marks = self.git_dir / "sessions"
+        first = not marks.is_dir()  # a store from before retention: its commits have no refs yet
+        with self._lock:
+            self._used()
+            cutoff = time.time() - keep_days * 86400
+            others = sorted((m for m in marks.iterdir() if m != self.mark), key=lambda m: m.stat().st_mtime,
+                            reverse=True)
+            dropped = [m for m in others[max(0, keep_sessions - 1):] if m.stat().st_mtime < cutoff]
+            names = [m.read_text(encoding="utf-8", errors="replace") for m in dropped]
+            refs = self._git("for-each-ref", "--format=%(refname)",
+                             *[f"refs/sessions/{m.name}" for m in dropped]) if dropped else ""
+            if refs:
+                self._git("update-ref", "--stdin", input="".join(f"delete {ref}\n" for ref in refs.split()))
+            for mark, name in zip(dropped, names):
+                (self.git_dir / f"index-{name}").unlink(missing_ok=True)  # left by a session that never closed
+                mark.unlink()
+            if dropped or first:
+                self._git("prune", f"--expire={int(cutoff)}")
+            return names
+
+    def _used(self) -> None:
+        """Say that this session uses the store now (its mark's time), so that its checkpoints are kept."""
+        self.mark.parent.mkdir(exist_ok=True)
+        self.mark.write_text(self.name, encoding="utf-8")
+
+    def _keep(self, commits: list[str]) -> None:
+        """Keep these commits (and all they reach) as long as this session is kept."""
+        if commits:
+            self._git("update-ref", "--stdin", input="".join(f"update refs/sessions/{self.key}/{c} {c}\n"
+                                                             for c in commits))
+            self._used()
 
     # -- git ----------------------------------------------------------------------------------------
 
@@ -184,14 +247,14 @@ class Checkpoints:
         self._git("add", "-A", "--ignore-errors", "--", ".")
         return self._git("write-tree").strip()
 
-    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def _run(self, *args: str, input: str | None = None) -> subprocess.CompletedProcess[str]:
         env = {**_clean_env(), **_IDENTITY, "GIT_DIR": str(self.git_dir), "GIT_WORK_TREE": str(self.root),
                "GIT_INDEX_FILE": str(self.index)}
         return subprocess.run(["git", *args], cwd=self.root, env=env, capture_output=True, text=True,
-                              errors="surrogateescape")
+                              errors="surrogateescape", input=input)
 
-    def _git(self, *args: str) -> str:
-        done = self._run(*args)
+    def _git(self, *args: str, input: str | None = None) -> str:
+        done = self._run(*args, input=input)
         if done.returncode != 0:
             raise CheckpointError(f"git {args[0]} failed in the checkpoint store {self.git_dir}: "
                                   f"{done.stderr.strip() or done.stdout.strip()}")

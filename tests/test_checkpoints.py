@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from harness.checkpoints import Checkpoints, from_events
+from harness.checkpoints import Checkpoint, Checkpoints, from_events
 from harness.events import Checkpointed, Undone
 from tests.helpers import git, make_calc_repo
 
@@ -162,3 +165,88 @@ def test_a_store_kept_inside_the_work_tree_is_never_snapshotted(tmp_path: Path) 
     listed = subprocess.run(["git", "--git-dir", str(store.git_dir), "ls-tree", "-r", "--name-only",
                              checkpoint.commit], capture_output=True, text=True, check=True).stdout.split()
     assert listed == ["main.py"]
+
+
+def aged(paths: list[Path], days: float) -> None:
+    """Make files look `days` old, as a store left alone that long would be."""
+    then = time.time() - days * 86400
+    for path in paths:
+        os.utime(path, (then, then))
+
+
+def objects(store: Path) -> list[Path]:
+    return [p for p in (store / "objects").rglob("*") if p.is_file()]
+
+
+def has(store: Path, name: str) -> bool:
+    """Whether the store still holds the object `name` (a commit id, or a blob's id)."""
+    return subprocess.run(["git", "--git-dir", str(store), "cat-file", "-e", name]).returncode == 0
+
+
+def blob(text: str) -> str:
+    return subprocess.run(["git", "hash-object", "--stdin"], input=text, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def past_session(repo: Path, state: Path, name: str, content: str,
+                 close: bool = True) -> tuple[Checkpoints, Checkpoint]:
+    """A session that wrote `content` (a blob no other session has) and took a checkpoint of it."""
+    store = Checkpoints.open(repo, state, name)
+    (repo / "work.txt").write_text(content)
+    checkpoint = store.snapshot(1, name)
+    if close:
+        store.close()
+    return store, checkpoint
+
+
+def test_sessions_past_the_newest_and_older_than_the_limit_are_pruned_with_their_objects(repo: Path,
+                                                                                         tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    past = [past_session(repo, state, f"s{i}", f"only s{i}\n", close=i != 1) for i in range(1, 5)]  # s1 crashed
+    store = past[0][0].git_dir
+    aged(objects(store), 70)
+    for i, (session, _) in enumerate(past):
+        aged([session.mark], 70 - i)  # s4 used last
+    assert past[0][0].index.exists()
+    now = Checkpoints.open(repo, state, "now", keep_sessions=3)  # itself, s4 and s3
+    for (session, checkpoint), kept in zip(past, (False, False, True, True)):
+        assert has(store, checkpoint.commit) is kept and has(store, blob(f"only {session.name}\n")) is kept
+        assert session.mark.exists() is kept
+    assert not past[0][0].index.exists()  # the crashed session's index went with it
+    refs = subprocess.run(["git", "--git-dir", str(store), "for-each-ref", "--format=%(refname)"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(refs) == sorted(f"refs/sessions/{s.key}/{c.commit}" for s, c in past[2:])
+    now.adopt([past[0][1], past[3][1]])  # a saved session of s1 can no longer go back there; s4's still can
+    assert [c.commit for c in now.stack] == [past[3][1].commit]
+    (repo / "work.txt").write_text("changed since\n")
+    restored = now.undo()
+    assert restored is not None and (repo / "work.txt").read_text() == "only s4\n"
+
+
+def test_recent_sessions_are_kept_however_many_and_a_resumed_old_one_keeps_its_own(repo: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    past = [past_session(repo, state, f"s{i}", f"only s{i}\n") for i in range(1, 4)]
+    store = past[0][0].git_dir
+    Checkpoints.open(repo, state, "now", keep_sessions=1).close()  # every other session is younger than 30 days
+    assert all(has(store, checkpoint.commit) for _, checkpoint in past)
+    aged([*objects(store), *(m for m in (store / "sessions").iterdir())], 70)
+    again = Checkpoints.open(repo, state, "s1", keep_sessions=1)  # resumed: the same name, its checkpoints kept
+    assert has(store, past[0][1].commit) and not has(store, past[1][1].commit)
+    again.adopt([past[0][1]])
+    restored = again.undo()  # the tree holds s3's work now
+    assert restored is not None and (repo / "work.txt").read_text() == "only s1\n"
+
+
+def test_a_store_from_before_retention_loses_only_its_old_unreferenced_objects(repo: Path, tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _, old = past_session(repo, state, "old", "old\n")
+    store = Checkpoints.open(repo, state, "probe").git_dir
+    shutil.rmtree(store / "sessions")
+    shutil.rmtree(store / "refs" / "sessions")  # as it was: commits that no ref keeps
+    aged(objects(store), 70)
+    _, young = past_session(repo, state, "young", "young\n")
+    shutil.rmtree(store / "sessions")
+    shutil.rmtree(store / "refs" / "sessions")
+    Checkpoints.open(repo, state, "now").close()
+    assert not has(store, old.commit) and not has(store, blob("old\n"))
+    assert has(store, young.commit) and has(store, blob("young\n"))  # younger than 30 days: kept
