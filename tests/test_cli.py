@@ -189,3 +189,20 @@ def test_the_approval_mode_is_chosen_on_the_command_line(tmp_path: Path) -> None
     assert "return a - b" in (repo / "calc" / "ops.py").read_text()
     both = tao("run", "task", "--mode", "ask", "--yolo", "--engine", "replay", "--replay", "x.json", state=tmp_path)
     assert both.returncode == 2 and "not allowed with argument" in both.stderr
+
+
+def test_the_terminal_is_checked_once_on_the_way_to_the_tui(tmp_path: Path, monkeypatch) -> None:
+    """`tao tui` and `tao run` on a terminal ask `terminal_problem` once each, then open the TUI (replaced here by
+    a stand-in that records its task: the TUI itself is tested in tests/test_tui_*.py)."""
+    import tui.app
+    from harness import cli
+
+    asked: list[str] = []
+    opened: list[str] = []
+    monkeypatch.setattr(cli, "terminal_problem", lambda: asked.append("asked") or None)  # a terminal, as it says
+    monkeypatch.setattr(tui.app, "main", lambda args, repo, task, resume: opened.append(task) or 0)
+    for argv in (["tui", "--repo", str(tmp_path)], ["run", "--repo", str(tmp_path), "fix it"]):
+        asked.clear()
+        assert cli.main(argv) == 0
+        assert asked == ["asked"], argv
+    assert opened == ["", "fix it"]
