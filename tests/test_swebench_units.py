@@ -76,8 +76,8 @@ def test_the_table_shows_nodes_only_when_instances_run_on_a_cluster() -> None:
 
 def test_bad_pacing_flags_are_refused_before_the_instances_or_the_engine(tmp_path: Path) -> None:
     """`tao swebench --knee 0` (or --max-wait 0) fails at once with what is wrong, what was expected and what to
-    do: before reading the instances (there are none here) and before opening the engine (a socket on
-    127.0.0.1 that stands for one must never be reached)."""
+    do: before reading the instances (a missing file would be named first) and before opening the engine (a
+    socket on 127.0.0.1 that stands for one must never be reached)."""
     import socket
     import subprocess
     import sys
@@ -88,11 +88,13 @@ def test_bad_pacing_flags_are_refused_before_the_instances_or_the_engine(tmp_pat
     server.setblocking(False)
     base = f"http://127.0.0.1:{server.getsockname()[1]}/v1"
     try:
-        for flag, value in (("--knee", "0"), ("--max-wait", "0"), ("--max-wait", "-5")):
-            argv = [sys.executable, "-m", "harness.cli", "swebench", "--instances", str(tmp_path / "none.jsonl"),
+        instances = write(tmp_path / "i.jsonl", ROW)
+        for flag, value, given in (("--knee", "0", instances), ("--max-wait", "0", instances),
+                                   ("--max-wait", "-5", tmp_path / "none.jsonl")):
+            argv = [sys.executable, "-m", "harness.cli", "swebench", "--instances", str(given),
                     "--repos", str(tmp_path), "--output", str(tmp_path / "out"), "--engine", "openai",
                     "--base-url", base, flag, value]
-            result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=120)
+            result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
             assert result.returncode == 2, result.stderr
             assert f"tao: bad pacing flag: {flag} {value} (expected " in result.stderr
             assert "leave the flag out for its default" in result.stderr and "Traceback" not in result.stderr
