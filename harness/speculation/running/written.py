@@ -1,8 +1,8 @@
 """Launches of calls the model has already written out while its answer goes on; not guesses.
 
     scheduler.start_streamed(call, step)        # a call of a turn of several: it starts as soon as it is written
-    scheduler.chain(edit, step, before, follow)  # a file edit: the call predicted after it starts in an overlay
-                                                 # that holds the edit (the rule is in running/chain.py)
+    scheduler.chain(call, step, before, follow)  # `call` a file edit: the call predicted after it starts in an
+                                                 # overlay that holds the edit (the rule is in running/chain.py)
 
 The scheduler's two methods of those names come here; the scheduler admits, starts, serves and discards
 these speculations as it does every other.
