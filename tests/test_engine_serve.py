@@ -145,3 +145,20 @@ def test_serve_in_the_foreground_stops_cleanly_on_ctrl_c(tmp_path: Path) -> None
             proc.kill()
     assert proc.returncode == 130 and "stopping the server" in err, err
     assert not server.pid_alive(state.pid) and server.read_state() is None
+
+
+def test_bad_pacing_flags_are_refused_before_the_server_starts(tmp_path: Path) -> None:
+    """`tao serve --knee 0` fails at once, naming the flag and what it must be, and leaves no server behind."""
+    for flag, value in (("--knee", "0"), ("--max-wait", "-1")):
+        refused = tao("serve", "--engine", "replay", "--replay", str(script(tmp_path, "hi")), flag, value)
+        assert refused.returncode == 2, refused.stderr
+        assert f"tao: bad pacing flag: {flag} {value} (expected " in refused.stderr
+        assert "starting the tao server" not in refused.stderr and "Traceback" not in refused.stderr
+        status = tao("serve", "--status")
+        assert status.returncode == 1 and "no tao server" in status.stdout + status.stderr
+    fcfs = tao("serve", "--engine", "replay", "--replay", str(tmp_path / "turns.json"), "--policy", "fcfs",
+               "--knee", "0")
+    try:
+        assert fcfs.returncode == 0, fcfs.stderr  # fcfs has no knee: the flag does not apply to it
+    finally:
+        tao("serve", "--stop")
