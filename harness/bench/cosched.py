@@ -389,6 +389,8 @@ examples:
   T=../shared/traces/mini-swe-agent-gemini-3-pro-swebench-verified       # real SWE-bench trajectories:
   tao bench cosched --engine sim --traces $T --holdout 0.3
   tao bench cosched --engine embedded --traces $T --holdout 0.3 --fit --kv-tokens 17408   # cut to 8k, K = 4
+  tao bench cosched --engine sim --tokens embedded --profile cal.json --traces $T --holdout 0.3 --fit \
+      --kv-tokens 17408                        # its simulated twin, counting tokens as the real engine does
   tao bench cosched-plot sim.json r.json --out docs/cosched.png"""
 
 
