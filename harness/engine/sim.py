@@ -304,10 +304,12 @@ class SimEngine:
             ids = self.tokenizer.prompt_ids(request.messages)
             if request.prompt_limit is not None:
                 ids = ids[:max(1, request.prompt_limit)]
-            answer = self.tokenizer.answer_ids(request.force) if request.force is not None else [0] * max(
-                1, request.max_tokens)
-            pieces = self._pieces(request.force, len(answer) - 1) + [""] if request.force is not None else [
-                "x"] * len(answer)
+            if request.force is not None:  # the answer's tokens, then the end of turn (no text)
+                answer = self.tokenizer.answer_ids(request.force)
+                pieces = (self._pieces(request.force, len(answer) - 1) if len(answer) > 1 else []) + [""]
+            else:
+                answer = [0] * max(1, request.max_tokens)
+                pieces = ["x"] * len(answer)
             tokens, blocks = len(ids), self._token_hashes(ids + answer)
         else:
             pieces = self._pieces(request.force) if request.force is not None else ["x"] * max(1, request.max_tokens)
