@@ -13,7 +13,7 @@ from harness.bench.stream_gen import StreamGen
 from harness.engine.api import LLMRequest
 from harness.engine.openai_http import OpenAIEngine
 from harness.engine.recorded import load_recording
-from harness.engine.vllm_local import _plain_message
+from harness.engine.vllm_local import plain_message
 from harness.errors import EngineError, UsageError
 from harness.speculation.prediction.extract import ReasoningFacts, path_mentions
 
@@ -125,7 +125,7 @@ def test_recorded_native_calls_of_any_shape_render_for_a_plain_chat_template() -
     deep = "[" * 5000 + "]" * 5000
     for calls in ([5], ["x"], [{"function": "grep"}], [{"function": {"name": 5, "arguments": deep}}],
                   [{"function": {"name": "grep", "arguments": "{bad"}}], [{"function": {"arguments": [[[1]]]}}]):
-        message = _plain_message({"role": "assistant", "content": "thinking", "tool_calls": calls})
+        message = plain_message({"role": "assistant", "content": "thinking", "tool_calls": calls})
         assert message["role"] == "assistant" and message["content"].startswith("thinking\n<tool_call>")
 
 

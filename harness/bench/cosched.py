@@ -38,9 +38,10 @@ from harness.bench import run_module
 from harness.bench.calibrate import kv_tokens
 from harness.bench.live_parts import model_choice, quantile
 from harness.bench.report import Report, Table, cell
+from harness.bench.sim_tokens import embedded_chat_tokens
 from harness.bench.vclock import VirtualClockLoop
 from harness.coscheduler import Pacing
-from harness.engine.sim import PROFILES, Profile, SimEngine
+from harness.engine.sim import PROFILES, Profile, SimEngine, Tokenizer
 from harness.errors import UsageError
 from harness.machine import machine
 from harness.vocabulary import Status
@@ -74,8 +75,8 @@ def profile_for(name: str) -> Profile:
 async def run_levels(levels: list[int], engine_kind: str, profile: Profile, workload: runner.Workload,
                      most_groups: int, progress: bool, partial: Path | None = None,
                      wanted: tuple[str, ...] = runner.DEFAULT_MODES, repeat: int = 1,
-                     caps: tuple[int, ...] = runner.CAPS,
-                     kv_tokens_asked: int | None = None) -> tuple[list[dict[str, Any]], Pacing]:
+                     caps: tuple[int, ...] = runner.CAPS, kv_tokens_asked: int | None = None,
+                     tokenizer: Tokenizer | None = None) -> tuple[list[dict[str, Any]], Pacing]:
     """Every level in every mode (`cap` once per limit of `caps`), `repeat` times, and the pacing used. The
     runs of a level go back to back, their order rotating by level and by repetition, so that drifts in the
     machine's load hit every mode. The real engine is paced by the profile's step times and its own KV cache
@@ -107,7 +108,7 @@ async def run_levels(levels: list[int], engine_kind: str, profile: Profile, work
                     groups = []
                     cpu_before = time.process_time()
                     for g, members in enumerate(runner.groups(level, workload, most_groups)):
-                        engine = shared or SimEngine(profile)
+                        engine = shared or SimEngine(profile, tokenizer)
                         if shared is not None:
                             await runner.warm_system_prompt(shared, workload, root)
                         tag = f"{name}-{level}-{rep}-{g}-{time.time_ns() % 10**8}"
@@ -266,10 +267,11 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
         most_groups: int | None, progress: bool = True, partial: Path | None = None,
         modes: tuple[str, ...] = runner.DEFAULT_MODES, traces: Path | None = None,
         holdout: float | None = None, repeat: int = 1, caps: tuple[int, ...] = runner.CAPS, fit: bool = False,
-        kv_tokens_asked: int | None = None, steps: int | None = None) -> dict[str, Any]:
+        kv_tokens_asked: int | None = None, steps: int | None = None, tokens: str = "chars") -> dict[str, Any]:
     """The whole benchmark: load the workload (cut to the engine's window with `fit`, to its first `steps` turns),
     run every level in every mode, summarize. `kv_tokens_asked` sizes the KV cache: the embedded engine's, or the
-    simulated profile's."""
+    simulated profile's. `tokens` is how the simulator counts tokens: `chars` (the profile's characters a token)
+    or `embedded` (the embedded model's tokenizer, as the real CPU engine counts them)."""
     if engine_kind not in ("sim", "embedded"):
         raise UsageError(f"--engine must be sim or embedded, not {engine_kind!r}")
     if not levels or min(levels) < 1:
@@ -278,6 +280,8 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
         raise UsageError(f"--holdout {holdout}: give the held-out share as a fraction between 0 and 1, e.g. 0.3")
     if holdout is not None and traces is None:
         raise UsageError("--holdout splits --traces; give --traces DIR too")
+    if tokens not in ("chars", "embedded"):
+        raise UsageError(f"--tokens {tokens!r}: choose chars or embedded")
     if repeat < 1:
         raise UsageError(f"--repeat {repeat}: give a positive number of repetitions")
     if not caps or min(caps) < 1:
@@ -309,15 +313,17 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
                          "to the window with --fit, pick sessions with --only, or an engine with a longer window "
                          "(--profile gpu)")
     factory = VirtualClockLoop if engine_kind == "sim" else None
+    tokenizer = embedded_chat_tokens() if engine_kind == "sim" and tokens == "embedded" else None
     with asyncio.Runner(loop_factory=factory) as loop:
         rows, pacing = loop.run(run_levels(levels, engine_kind, profile, workload, most, progress, partial, modes,
-                                           repeat, caps, kv_tokens_asked))
+                                           repeat, caps, kv_tokens_asked, tokenizer))
     result_ratios = ratios(rows)
     return {"config": {"engine": engine_kind, "profile": profile.name, "levels": levels, "groups_at_most": most,
                        "repeat": repeat, "modes": list(modes), "caps": list(caps),
                        "model": model_note, "pacing": asdict(pacing), "sessions": [s.name for s in workload.sessions],
                        "workload": str(traces) if traces is not None else "examples/sessions", "holdout": holdout,
-                       "fit": fit, "steps": steps, **({"fit_steps": fitted.to_dict()} if fitted is not None else {}),
+                       "fit": fit, "steps": steps, "tokens": tokens if engine_kind == "sim" else "engine",
+                       **({"fit_steps": fitted.to_dict()} if fitted is not None else {}),
                        "context_tokens": kv_contexts(replace(profile, kv_tokens=pacing.kv_tokens), workload),
                        "wall_seconds": round(time.perf_counter() - started, 1)},
             "levels": rows, "ratios": result_ratios, "targets": targets(result_ratios),
@@ -383,6 +389,8 @@ examples:
   T=../shared/traces/mini-swe-agent-gemini-3-pro-swebench-verified       # real SWE-bench trajectories:
   tao bench cosched --engine sim --traces $T --holdout 0.3
   tao bench cosched --engine embedded --traces $T --holdout 0.3 --fit --kv-tokens 17408   # cut to 8k, K = 4
+  tao bench cosched --engine sim --tokens embedded --profile cal.json --traces $T --holdout 0.3 --fit \
+      --kv-tokens 17408                        # its simulated twin, counting tokens as the real engine does
   tao bench cosched-plot sim.json r.json --out docs/cosched.png"""
 
 
@@ -424,6 +432,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                       "pick about K times the workload's mean context")
     parser.add_argument("--steps", type=int, help="cut every session to its first STEPS model turns (after --fit), "
                         "the last kept one its final answer: the real engine's long levels in hours, not a day")
+    parser.add_argument("--tokens", choices=("chars", "embedded"), default="chars",
+                        help="with --engine sim: count tokens by the profile's characters a token (default), or by "
+                             "the embedded model's tokenizer as the real CPU engine does (its KV blocks then fall "
+                             "where vLLM's do)")
     parser.add_argument("--partial", type=Path, help="write the levels measured so far to this JSON file after "
                                                      "every mode (for long real-engine runs)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout (table on stderr)")
@@ -441,7 +453,7 @@ def cmd_cosched(args: argparse.Namespace) -> int:
     caps = tuple(parse_counts(args.caps, "--caps"))
     result = run(levels, args.engine, args.profile, only, args.model, args.groups, partial=args.partial, modes=modes,
                  traces=args.traces, holdout=args.holdout, repeat=args.repeat, caps=caps, fit=args.fit,
-                 kv_tokens_asked=args.kv_tokens, steps=args.steps)
+                 kv_tokens_asked=args.kv_tokens, steps=args.steps, tokens=args.tokens)
     report(result).emit(args.json)
     return 0
 

@@ -15,9 +15,14 @@ first. One step lasts `StepModel.seconds(...)`, calibrated per machine (see PROF
 harness/bench/calibrate.py); sleeping that long per step makes the engine run in real time on a normal
 event loop and in virtual time on harness.bench.vclock's loop.
 
-Text is counted in characters: a prompt of n characters is n / chars_per_token tokens. A request with
-`force` streams that text; any other produces `max_tokens` tokens of filler (a cache-warming request
-asks for one).
+Text is counted in characters (a prompt of n characters is n / chars_per_token tokens, a block is the
+text's next block_size * chars_per_token characters), or, given a Tokenizer, in the model's own tokens
+(a block is block_size token ids), which is what vLLM hashes. A request with `force` streams that text;
+any other produces `max_tokens` tokens of filler (a cache-warming request asks for one). The KV blocks
+(harness.engine.sim_kv) follow vLLM's v1 KV manager: a waiting request is admitted only when its whole
+sequence fits (scheduler_reserve_full_isl), its full blocks are cached as they are computed (its answer's
+too), a preempted request frees every block and looks the cache up again when it resumes, and free
+blocks are reused least recently freed first.
 """
 
 from __future__ import annotations
@@ -27,14 +32,28 @@ import enum
 import itertools
 import json
 import math
-from collections import OrderedDict
 from collections.abc import AsyncGenerator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from harness.engine.api import Chunk, EngineLoad, LLMRequest, Usage
+from harness.engine.sim_kv import BlockPool
 from harness.errors import ContextTooLong
+
+HASH_MASK = 2**62 - 1  # block hashes are non-negative (the pool keys empty blocks by negative numbers)
+
+
+class Tokenizer(Protocol):
+    """A model's token count, for a simulator that accounts KV blocks token for token as the real engine does."""
+
+    def prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The prompt's token ids under the model's chat template."""
+        ...
+
+    def answer_ids(self, text: str) -> list[int]:
+        """A forced answer's token ids, the end of turn included."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -183,7 +202,7 @@ class SimRequest:
 
     request: LLMRequest
     text: str  # the prompt
-    blocks: list[int]  # the chained hashes of the prompt's full blocks
+    blocks: list[int]  # the chained hashes of the full blocks of the prompt and the whole answer
     pieces: list[str]  # the answer, token by token
     prompt_tokens: int
     arrival: float
@@ -226,18 +245,16 @@ class SimEngine:
     native_tools = False
     prefix_cache = True
 
-    def __init__(self, profile: Profile = GPU) -> None:
+    def __init__(self, profile: Profile = GPU, tokenizer: Tokenizer | None = None) -> None:
         self.profile = profile
+        self.tokenizer = tokenizer
         self.name = f"sim:{profile.name}"
         self.max_model_len = profile.max_model_len
         self.stats = SimStats()
         self.waiting: list[SimRequest] = []
         self.running: list[SimRequest] = []
         self._requests: dict[str, SimRequest] = {}
-        self._refs: dict[int, int] = {}  # cached blocks in use -> how many requests hold them
-        self._free_cached: OrderedDict[int, None] = OrderedDict()  # cached blocks in no use, least recent first
-        self._private = 0
-        self._blocks = profile.kv_tokens // profile.block_size
+        self.pool = BlockPool(profile.kv_tokens // profile.block_size)
         self._order = itertools.count()
         self._loop_task: asyncio.Task[None] | None = None
         self._chars = max(1, round(profile.block_size * profile.chars_per_token))  # characters a block
@@ -271,7 +288,7 @@ class SimEngine:
 
     def kv_usage(self) -> float:
         """Share of the KV cache held by running requests."""
-        return (len(self._refs) + self._private) / self._blocks
+        return self.pool.in_use() / self.pool.blocks
 
     def load(self) -> EngineLoad:
         """Requests running and waiting, and the KV cache in use, as vLLM's scheduler reports them."""
@@ -283,16 +300,24 @@ class SimEngine:
         text = render(request.messages)
         if request.prompt_limit is not None:  # a chunk of a warm prefill: the prompt's first tokens only
             text = text[:int(max(1, request.prompt_limit) * self.profile.chars_per_token)]
-        tokens = self._tokens(text)
+        if self.tokenizer is not None:
+            ids = self.tokenizer.prompt_ids(request.messages)
+            if request.prompt_limit is not None:
+                ids = ids[:max(1, request.prompt_limit)]
+            if request.force is not None:  # the answer's tokens, then the end of turn (no text)
+                answer = self.tokenizer.answer_ids(request.force)
+                pieces = (self._pieces(request.force, len(answer) - 1) if len(answer) > 1 else []) + [""]
+            else:
+                answer = [0] * max(1, request.max_tokens)
+                pieces = ["x"] * len(answer)
+            tokens, blocks = len(ids), self._token_hashes(ids + answer)
+        else:
+            pieces = self._pieces(request.force) if request.force is not None else ["x"] * max(1, request.max_tokens)
+            tokens, blocks = self._tokens(text), self._hashes(text + "".join(pieces))
         if tokens >= self.max_model_len:
             raise ContextTooLong(f"the prompt has {tokens} tokens; the simulated context holds {self.max_model_len}")
-        if request.force is not None:
-            pieces = self._pieces(request.force)
-        else:
-            pieces = ["x"] * max(1, request.max_tokens)
         loop = asyncio.get_running_loop()
-        req = SimRequest(request, text, self._hashes(text), pieces, tokens, loop.time(), next(self._order),
-                         goal=tokens)
+        req = SimRequest(request, text, blocks, pieces, tokens, loop.time(), next(self._order), goal=tokens)
         self._requests[request.request_id] = req
         self.waiting.append(req)
         self.stats.prompt_tokens += tokens
@@ -303,19 +328,26 @@ class SimEngine:
     def _tokens(self, text: str) -> int:
         return max(1, math.ceil(len(text) / self.profile.chars_per_token))
 
-    def _pieces(self, text: str) -> list[str]:
-        """The answer cut into token-sized pieces (as many as the text counts tokens)."""
-        count = self._tokens(text) if text else 1
+    def _pieces(self, text: str, count: int | None = None) -> list[str]:
+        """The answer cut into `count` token-sized pieces (by default as many as the text counts tokens)."""
+        count = max(1, count if count is not None else self._tokens(text) if text else 1)
         bounds = [round(i * len(text) / count) for i in range(count + 1)]
         return [text[bounds[i]:bounds[i + 1]] for i in range(count)]
 
-    def _hashes(self, text: str, start: int = 0) -> list[int]:
-        """Chained hashes of the full blocks of `text`, from block `start` on (the prefix's chain included)."""
+    def _hashes(self, text: str) -> list[int]:
+        """Chained hashes of the full blocks of `text`, a block being a block's worth of characters."""
         out, previous = [], 0
         for index in range(len(text) // self._chars):
-            previous = hash((previous, text[index * self._chars:(index + 1) * self._chars]))
-            if index >= start:
-                out.append(previous)
+            previous = hash((previous, text[index * self._chars:(index + 1) * self._chars])) & HASH_MASK
+            out.append(previous)
+        return out
+
+    def _token_hashes(self, ids: list[int]) -> list[int]:
+        """Chained hashes of the full blocks of these token ids, as vLLM hashes blocks."""
+        out, previous, size = [], 0, self.profile.block_size
+        for index in range(len(ids) // size):
+            previous = hash((previous, tuple(ids[index * size:(index + 1) * size]))) & HASH_MASK
+            out.append(previous)
         return out
 
     # -- the step loop -------------------------------------------------------------------------------
@@ -333,6 +365,7 @@ class SimEngine:
             self.stats.busy_seconds += seconds
             await asyncio.sleep(seconds)
             self._advance(plan)
+            self.stats.evicted_blocks = self.pool.evicted
 
     def _schedule(self) -> list[tuple[SimRequest, int]]:
         """This step's requests and how many tokens each computes (vLLM v1's order; see the docstring)."""
@@ -345,7 +378,7 @@ class SimEngine:
             if req.phase is not Phase.RUNNING:
                 continue  # preempted earlier in this loop
             tokens = 1 if req.computed >= req.goal else min(req.goal - req.computed, budget)
-            while not self._allocate(blocks := self._blocks_for(req, tokens)):
+            while not self._allocate(req, self._blocks_for(req, tokens)):
                 victim = max(self.running, key=lambda r: r.key)
                 self._preempt(victim)
                 preempted = True
@@ -354,7 +387,6 @@ class SimEngine:
                 if victim is req:
                     break
             else:
-                req.private += blocks
                 plan.append((req, tokens))
                 budget -= tokens
         if preempted:
@@ -379,7 +411,7 @@ class SimEngine:
             sum(n * req.computed + n * n // 2 for req, n in prefill))
 
     def _advance(self, plan: list[tuple[SimRequest, int]]) -> None:
-        """Apply a finished step: computed tokens, newly cached prompt blocks, one token for each decode."""
+        """Apply a finished step: computed tokens, newly cached full blocks, one token for each decode."""
         now = asyncio.get_running_loop().time()
         for req, tokens in plan:
             if req.phase is not Phase.RUNNING:
@@ -387,7 +419,7 @@ class SimEngine:
             if req.computed < req.goal:
                 self.stats.prefill_tokens += tokens
             req.computed += tokens
-            self._cache_prompt_blocks(req)
+            self._cache_blocks(req)
             if req.computed >= req.goal:
                 self._emit(req, now)
 
@@ -424,34 +456,28 @@ class SimEngine:
         held = len(req.hashed) + req.private
         return max(0, math.ceil((req.computed + tokens) / self.profile.block_size) - held)
 
-    def _allocate(self, blocks: int) -> bool:
-        """Take `blocks` private blocks, evicting least recently used cached ones; False if there is no room."""
-        free = self._blocks - len(self._refs) - len(self._free_cached) - self._private
-        if free + len(self._free_cached) < blocks:
+    def _allocate(self, req: SimRequest, blocks: int) -> bool:
+        """Take `blocks` more private blocks for a running request; False if the pool has no room."""
+        if not self.pool.allocate(blocks):
             return False
-        for _ in range(max(0, blocks - free)):
-            self._free_cached.popitem(last=False)
-            self.stats.evicted_blocks += 1
-        self._private += blocks
+        req.private += blocks
         return True
 
     def _lookup(self, req: SimRequest) -> list[int]:
-        """The leading prompt blocks already in the cache."""
-        hits = []
-        for block in req.blocks[: (req.goal - 1) // self.profile.block_size]:
-            if block not in self._refs and block not in self._free_cached:
-                break
-            hits.append(block)
-        return hits
+        """The leading blocks of the request's sequence so far already in the cache (never its last token)."""
+        return self.pool.lookup(req.blocks[: (req.goal - 1) // self.profile.block_size])
 
     def _take(self, req: SimRequest, hits: list[int], cached_tokens: int, tokens: int) -> bool:
-        """Move a waiting request to running, holding its cached prefix; False if its blocks do not fit."""
-        for block in hits:  # hold them first, so that making room cannot evict them
-            self._hold(block)
-        needed = math.ceil((cached_tokens + tokens) / self.profile.block_size) - len(hits)
-        if not self._allocate(needed):
-            for block in reversed(hits):
-                self._unhold(block)
+        """Move a waiting request to running, holding its cached prefix, if its whole sequence fits in the free
+        blocks (the cached ones it would take out of the free queue counted); False if not."""
+        size = self.profile.block_size
+        whole = math.ceil(req.goal / size) - len(hits) + self.pool.evictable(hits)
+        if whole > len(self.pool.free):
+            return False
+        self.pool.hold(hits)  # first, so that making room cannot evict them
+        needed = math.ceil((cached_tokens + tokens) / size) - len(hits)
+        if not self.pool.allocate(needed):  # cannot happen after the check above; kept as a guard
+            self.pool.release(hits, 0)
             return False
         req.hashed, req.computed, req.phase = list(hits), cached_tokens, Phase.RUNNING
         req.private = needed
@@ -462,40 +488,19 @@ class SimEngine:
         self.running.append(req)
         return True
 
-    def _hold(self, block: int) -> None:
-        self._free_cached.pop(block, None)
-        self._refs[block] = self._refs.get(block, 0) + 1
-
-    def _unhold(self, block: int) -> None:
-        self._refs[block] -= 1
-        if self._refs[block] == 0:
-            del self._refs[block]
-            self._free_cached[block] = None
-
-    def _cache_prompt_blocks(self, req: SimRequest) -> None:
-        """Prompt blocks the request has now computed become cached (shareable) blocks."""
-        full = min(req.computed, req.prompt_tokens) // self.profile.block_size
-        if full <= len(req.hashed):
-            return
-        self._share(req, req.blocks[len(req.hashed):full])
-
-    def _share(self, req: SimRequest, blocks: list[int]) -> None:
-        """Turn the request's next private blocks into these cached blocks (a duplicate frees its copy)."""
-        for block in blocks[:req.private]:
-            self._hold(block)
-            req.hashed.append(block)
-            req.private -= 1
-            self._private -= 1
+    def _cache_blocks(self, req: SimRequest) -> None:
+        """The request's computed full blocks (prompt and answer alike) become cached, shareable blocks."""
+        full = min(req.computed // self.profile.block_size, len(req.blocks), len(req.hashed) + req.private)
+        if full > len(req.hashed):
+            fresh = req.blocks[len(req.hashed):full]
+            self.pool.cache(fresh)
+            req.hashed.extend(fresh)
+            req.private -= len(fresh)
 
     def _release(self, req: SimRequest, phase: Phase) -> None:
-        """Give back a request's blocks: its computed full blocks (answer included) stay cached."""
+        """Give back a request's blocks, tail first; its full blocks stay cached until evicted."""
         if req.phase is Phase.RUNNING:
-            answer = "".join(req.pieces[:req.emitted])
-            computed_chars = int(min(req.computed, req.prompt_tokens + req.emitted) * self.profile.chars_per_token)
-            self._share(req, self._hashes((req.text + answer)[:computed_chars], len(req.hashed)))
-            for block in reversed(req.hashed):  # the tail is evicted first, as vLLM frees blocks
-                self._unhold(block)
-            self._private -= req.private
+            self.pool.release(req.hashed, req.private)
             self.running.remove(req)
         elif req.phase is Phase.WAITING:
             self.waiting.remove(req)

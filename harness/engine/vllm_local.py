@@ -160,7 +160,7 @@ class VLLMEngine:
 
     def render(self, request: LLMRequest) -> list[int]:
         """The prompt's token ids under the model's chat template."""
-        messages = [_plain_message(m) for m in request.messages]
+        messages = [plain_message(m) for m in request.messages]
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
@@ -395,7 +395,7 @@ def _engine_error(exc: Exception, request_id: str) -> EngineError:
     return EngineError(f"vLLM rejected request {request_id}: {kind}: {message}")
 
 
-def _plain_message(message: dict[str, Any]) -> dict[str, str]:
+def plain_message(message: dict[str, Any]) -> dict[str, str]:
     """A message a plain chat template renders: text content only, tool traffic spelled as text."""
     role = message.get("role", "user")
     content = message.get("content") or ""
