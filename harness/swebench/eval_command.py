@@ -54,10 +54,10 @@ def official_command(instance: Instance) -> str | None:
     if not script:
         return None
     lines = parse_eval_script(str(script))
-    starts = [n for n, line in enumerate(lines) if START_TEST_OUTPUT in line]
+    starts = [n for n, line in enumerate(lines) if START_TEST_OUTPUT in line]  # the last: test_patch comes before
     ends = [n for n, line in enumerate(lines) if END_TEST_OUTPUT in line and starts and n > starts[-1]]
-    body = [line for line in lines[starts[-1] + 1:ends[0]] if line.strip()
-            and not line.startswith(f"{TEST_EXIT_CODE_VAR}=")] if starts and ends else []
+    between = lines[starts[-1] + 1:ends[0]] if ends else []
+    body = [line for line in between if line.strip() and not line.startswith(f"{TEST_EXIT_CODE_VAR}=")]
     if not body:
         raise UsageError(f"instance {instance.instance_id}: its eval_script has no test command between "
                          f"{START_TEST_OUTPUT!r} and {END_TEST_OUTPUT!r}, where the official harness's eval scripts "
