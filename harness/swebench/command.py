@@ -21,7 +21,7 @@ from harness.coscheduler import Policy
 from harness.engine.api import Engine
 from harness.errors import UsageError
 from harness.session import SessionConfig
-from harness.swebench import official
+from harness.swebench import eval_command, official
 from harness.swebench.batch import Batch, BatchConfig, paced_by_gateway
 from harness.swebench.cluster import LOCAL, ClusterBatch, check_engine
 from harness.swebench.evaluate import DEFAULT_EVAL_TIMEOUT
@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-id", default="tao", help="names the run report MODEL.RUN_ID.json (default tao)")
     p.add_argument("--eval-timeout", type=float, default=DEFAULT_EVAL_TIMEOUT,
                    help=f"seconds the graded tests may run (default {DEFAULT_EVAL_TIMEOUT:g})")
-    p.add_argument("--eval-command", help="test runner for grading, given the test ids (default: python -m pytest -rA)")
+    p.add_argument("--eval-command", help="test runner for grading, given the test ids (default: the test command "
+                   "of the row's eval_script, as the official harness runs it; else python -m pytest -rA)")
     p.add_argument("--max-steps", type=int, default=30, help="model turns per instance (default 30)")
     p.add_argument("--max-time", type=float, default=1800.0, help="seconds per instance (default 1800)")
     p.add_argument("--max-tokens", type=int, default=1024, help="output tokens per model turn (default 1024)")
@@ -128,6 +129,7 @@ async def run_batch(args: argparse.Namespace) -> dict[str, Any]:
     instances = load_instances(args.instances)
     if args.evaluate:
         official.check(instances)  # before any session: the grading package is there and knows every instance
+        eval_command.check(instances, args.eval_command)  # and each instance has a test command
     config = BatchConfig(
         output=args.output, repos=args.repos, workers=args.workers, redo=args.redo, evaluate=args.evaluate,
         session=SessionConfig(max_steps=args.max_steps, max_seconds=args.max_time, max_tokens=args.max_tokens),

@@ -1,6 +1,7 @@
 """Grade a prediction without Docker: the model's patch and the instance's test_patch on a worktree at
-base_commit, then FAIL_TO_PASS and PASS_TO_PASS run with the repository's test runner (pytest node ids by
-default), in this machine's Python environment rather than the official harness's Docker image.
+base_commit, then the instance's tests run with the command eval_command.py chooses (the official eval
+script's where the row has one), in this machine's Python environment rather than the official harness's
+Docker image.
 
 What the run means is the official swebench package's to say (official.py): its log parser reads the test
 log, its grading builds the per-instance report (`{instance_id: {patch_is_None, patch_exists,
@@ -12,15 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import git
 
-from harness.swebench import official
+from harness.swebench import eval_command, official
 from harness.swebench.instances import Instance
 from harness.swebench.worktrees import SetupError, apply_patch, reset_worktree
 from sandbox.process import run_process
@@ -40,18 +39,12 @@ class TestRun:
     timed_out: bool
 
 
-def default_test_command(tree: Path) -> str:
-    """pytest with a line per test (-rA) under the worktree's .venv if it has one, else this Python."""
-    venv = tree / ".venv" / "bin" / "python"
-    python = str(venv) if venv.exists() else shlex.quote(sys.executable)
-    return f"{python} -m pytest -rA -p no:cacheprovider"
-
-
-async def run_tests(tree: Path, tests: list[str], timeout: float, command: str | None = None) -> TestRun:
-    """Run the given test ids in the worktree; the whole process group dies at the timeout."""
-    line = f"{command or default_test_command(tree)} {' '.join(shlex.quote(t) for t in tests)}"
-    result = await run_process(["bash", "-c", line], tree, timeout=timeout, env=deterministic_env())
-    return TestRun(line, result.text, result.exit_code, result.timed_out)
+async def run_tests(tree: Path, tests: list[str], timeout: float, command: eval_command.EvalCommand) -> TestRun:
+    """Run the instance's tests in the worktree; the whole process group dies at the timeout."""
+    script = eval_command.script(command, tree, tests)
+    result = await run_process(["bash", "-c", script], tree, timeout=timeout,
+                               env=eval_command.env(command, tree, deterministic_env()))
+    return TestRun(script, result.text, result.exit_code, result.timed_out)
 
 
 def files_of(patch: str) -> list[str]:
@@ -96,7 +89,8 @@ async def evaluate(instance: Instance, tree: Path, model_patch: str | None, time
         entry = await asyncio.to_thread(failed, instance, model_patch, log, official.patch_failed_log(reason), reason)
         entry["patch_successfully_applied"] = "test_patch" in reason  # the model's patch did apply
         return entry
-    run = await run_tests(tree, [*instance.fail_to_pass, *instance.pass_to_pass], timeout, command)
+    run = await run_tests(tree, [*instance.fail_to_pass, *instance.pass_to_pass], timeout,
+                          eval_command.choose(instance, command))
     log.write_text(official.test_log(run.command, run.output, run.exit_code, run.timed_out, timeout), encoding="utf-8")
     entry = await asyncio.to_thread(official.instance_report, instance, model_patch, log)  # large logs parse slowly
     if run.timed_out:
