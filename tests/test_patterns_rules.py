@@ -299,3 +299,20 @@ def test_a_compound_command_gives_a_runner_only_when_its_first_part_runs_tests()
     assert split_test("git stash; pytest tests/a.py") == ("git stash; pytest tests/a.py", None)
     assert split_test("pytest tests/a.py && echo ok") == ("pytest", "tests/a.py")
     assert split_test("python -m pytest tests/a.py 2>&1 | tail -20") == ("python -m pytest", "tests/a.py")
+
+
+def test_a_learned_habit_is_proposed_only_to_a_session_that_offers_its_tool() -> None:
+    """Claude Code and Codex CLI have no finish tool: a learned `finish` habit must not take a place there."""
+    habits = [{"name": "finish", "arguments": {}, "share": 0.9},
+              {"name": "bash", "arguments": {"command": "git diff"}, "share": 0.5},
+              {"name": "read_file", "arguments": {"path": "README.md"}, "share": 0.4}]  # `cat README.md` in a shell
+    with_finish = Script()
+    with_finish.builder.events[0].tools = ["bash", "finish"]
+    with_finish.bash("ls", "a.py\n")
+    assert {"finish", canonical_bash("git diff").key} <= set(keys(with_finish, habits=habits))
+    without = Script()
+    without.builder.events[0].tools = ["bash"]
+    without.bash("ls", "a.py\n")
+    offered = keys(without, habits=habits)
+    assert "finish" not in offered and canonical_bash("git diff").key in offered
+    assert canonical_bash("cat README.md").key in offered

@@ -174,6 +174,7 @@ def test_claude_code_fixture_maps_tools_and_reports_damage() -> None:
     assert made[2].arguments == {"pattern": "def add", "path": "/home/dev/calc/calc"}
     assert made[3].effect == "unknown"
     assert session.events[0].repo == "/home/dev/calc" and "Fix add()" in session.events[0].task
+    assert "finish" not in session.events[0].tools  # Claude Code ends a task with a text answer, not a call
     assert canonical("read_file", made[1].arguments, "/home/dev/calc").key == canonical(
         "bash", {"command": "cat calc/ops.py"}).key
     results = [e for e in session.events if isinstance(e, ToolResult)]

@@ -58,6 +58,7 @@ def test_a_codex_rollout_becomes_bash_calls_with_exit_codes_and_measured_duratio
     (session,) = load_sessions(ROLLOUT, report=report)
     start = session.events[0]
     assert isinstance(start, SessionStart) and start.session_id == "019e7db7-d89c-7070-b812-4435399bcd61"
+    assert start.tools == ["bash"]  # Codex CLI has no finish tool: a text answer ends its task
     assert start.repo == "/Users/thomi/Projects/entire-sem" and start.task.startswith("Review the current branch")
     assert not report.skipped
     calls = [e for e in session.events if isinstance(e, ToolCall)]

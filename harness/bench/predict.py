@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.bench import dump
+from harness.bench import dump, predict_sources
 from harness.bench.report import Report, Table
 from harness.calls.action import SLOW_KINDS, Action
 from harness.cli_traces import existing
@@ -129,8 +129,10 @@ def evaluate(model: PatternModel, sessions: list[Imported], k: int = 3, prefix_c
 
 
 def run(train_dir: Path, test_dir: Path, k: int = 3, holdout: float = 0.3, model_path: Path | None = None,
-        save_model: Path | None = None, prefix_chars: int = PREFIX_CHARS, epochs: int = 2) -> dict[str, Any]:
-    """The whole benchmark: load, split, learn (or load a model), evaluate."""
+        save_model: Path | None = None, prefix_chars: int = PREFIX_CHARS, epochs: int = 2,
+        with_sources: bool = False) -> dict[str, Any]:
+    """The whole benchmark: load, split, learn (or load a model), evaluate; `with_sources`: also where the test
+    calls come from and how many are among all candidates at (a) (harness.bench.predict_sources)."""
     report = ImportReport()
     started = time.perf_counter()
     train, test = split(train_dir, test_dir, holdout, report)
@@ -142,6 +144,9 @@ def run(train_dir: Path, test_dir: Path, k: int = 3, holdout: float = 0.3, model
     if save_model is not None:
         model.save(save_model)
     result = evaluate(model, test, k, prefix_chars)
+    if with_sources:
+        result["sources"] = {**predict_sources.sources(test),
+                             "in_candidates_a": predict_sources.in_candidates(model, test)}
     result.update({"train_sessions": len(train), "test_sessions": len(test), "skipped_records": len(report.skipped),
                    "learn_seconds": round(learned - started, 1),
                    "evaluate_seconds": round(time.perf_counter() - learned, 1)})
@@ -163,7 +168,14 @@ def report(result: dict[str, Any]) -> Report:
                    f"{result[f'latency_covered_top{k}_exact_only']:.1%}; candidates by probability: "
                    f"{result[f'latency_covered_top{k}_by_probability']:.1%}); decision time p50 "
                    f"{result['decision_ms_p50']:.3f} ms, p90 {result['decision_ms_p90']:.3f} ms")
-    return Report(result, [moments, kinds])
+    tables = [moments, kinds]
+    if "sources" in result:
+        found = result["sources"]
+        tables.append(Table(["group", "share of calls"], rows=[[name, f"{share:.1%}"] for name, share in
+                                                              found["share"].items()],
+                            title="where the calls come from; among all candidates at (a): "
+                                  f"{found['in_candidates_a']:.1%}"))
+    return Report(result, tables)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -178,7 +190,8 @@ def cmd_bench_predict(args: argparse.Namespace) -> int:
     existing(args.train)
     existing(args.test)
     result = run(args.train, args.test, k=args.k, holdout=args.holdout, model_path=args.model,
-                 save_model=args.save_model, prefix_chars=args.prefix_chars, epochs=args.epochs)
+                 save_model=args.save_model, prefix_chars=args.prefix_chars, epochs=args.epochs,
+                 with_sources=args.sources)
     if args.json:
         print(dump(result))
     else:
@@ -199,5 +212,8 @@ def register(bench_subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--epochs", type=int, default=2, help="ranker training passes (default 2)")
     bench.add_argument("--model", type=Path, help="use this learned model instead of learning from --train")
     bench.add_argument("--save-model", type=Path, help="also save the learned model here")
+    bench.add_argument("--sources", action="store_true",
+                       help="also group the test calls by where an exact predictor could know them from, and count "
+                            "those among all candidates at (a)")
     bench.add_argument("--json", action="store_true", help="print only the JSON result")
     bench.set_defaults(func=cmd_bench_predict)

@@ -29,8 +29,9 @@ from harness.traces.common import (Imported, ImportReport, SessionBuilder, elaps
 from harness.vocabulary import Status
 
 FORMAT = "claude-code"
-# Claude Code's file and shell tools, by the Tao names they are imported as (it has no run_tests).
-CLAUDE_CODE_TOOLS = ["bash", "edit_file", "finish", "grep", "list_files", "read_file", "write_file"]
+# Claude Code's file and shell tools, by the Tao names they are imported as (it has no run_tests, and no finish:
+# it ends a task with a text answer, so a predictor must not spend a place on a finish call it never makes).
+CLAUDE_CODE_TOOLS = ["bash", "edit_file", "grep", "list_files", "read_file", "write_file"]
 _QUIET_TYPES = {"summary", "system", "file-history-snapshot", "queue-operation"}
 # Records Claude Code 2.1 writes at the head of a transcript, before any message.
 _LEADING = re.compile(r'"type":\s*"(?:last-prompt|mode|queue-operation|file-history-snapshot|summary)"')

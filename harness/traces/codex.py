@@ -80,7 +80,8 @@ def load(path: Path, report: ImportReport) -> list[Imported]:
         report.skip(str(path), "no model turns in this rollout")
         return []
     session_id = string(meta.get("id")) or path.stem
-    builder = SessionBuilder(session_id, task, string(meta.get("cwd")), FORMAT, tools=["bash", "finish"])
+    # Codex CLI has a shell and no finish tool: a text answer ends its task.
+    builder = SessionBuilder(session_id, task, string(meta.get("cwd")), FORMAT, tools=["bash"])
     for turn in turns:
         _emit(builder, turn, results, str(path), report)
     return [Imported(session_id, str(path), FORMAT, builder.end(Status.FINISHED, "rollout ended").events)]

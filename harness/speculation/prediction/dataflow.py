@@ -250,7 +250,11 @@ def in_hand(state: SessionState, pool: Pool, rates: dict[str, list[float]]) -> d
     return derived
 
 
-def habits(pool: Pool, learned: list[tuple[Action, tuple[str, dict[str, Any]], float]]) -> None:
-    """Calls many sessions make whatever the task (`git diff`, `ls`, finish), with their frequency."""
+def habits(state: SessionState, pool: Pool, learned: list[tuple[Action, tuple[str, dict[str, Any]], float]]) -> None:
+    """Calls many sessions make whatever the task (`git diff`, `ls`, finish), with their frequency; finish only
+    to a session that offers it (Claude Code and Codex CLI end with a text answer). Other habits stay whatever
+    tool learned them: a shell spells them too (`cat f` is `read_file(f)`)."""
     for index, (action, call, share) in enumerate(learned):
+        if action.tool == "finish" and state.tools and "finish" not in state.tools:
+            continue
         pool.add(action, "habit", {f"g{index}": 1.0, "g_share": share}, (call[0], dict(call[1])))

@@ -162,7 +162,7 @@ class Analyzer:
             gitreads.propose(state, pool)
             dataflow.list_dirs(state, pool)
             dataflow.cleanup(state, pool)
-            dataflow.habits(pool, self._habits())
+            dataflow.habits(state, pool, self._habits())
             self._derived = dataflow.in_hand(state, pool, model.derive)
             ctx = self._context()
             probs = model.kinds.distribution(ctx, cache=True)
