@@ -233,7 +233,9 @@ def register(bench_subparsers: Any) -> None:
                     "tokens, fit harness.engine.sim's StepModel, and print the profile as JSON.")
     parser.add_argument("--batches", default="1,2,4,8,16,32", help="decode batch sizes (default 1,2,4,8,16,32)")
     parser.add_argument("--contexts", default="128,1536", help="decode context lengths in tokens (default 128,1536)")
-    parser.add_argument("--prefill", default="256,1024,2048", help="prefill sizes in tokens (default 256,1024,2048)")
+    parser.add_argument("--prefill", default="64,512,1536",
+                        help="prefill sizes in tokens, each under the CPU engine's 2,048-token step budget with the "
+                             "chat template, so one step each (default 64,512,1536)")
     parser.add_argument("--prefill-after", default="2000,4000,6000",
                         help="cached context lengths in tokens that each prefill size is also measured after, as a "
                              "tool's output follows a session's cached context (default 2000,4000,6000)")
