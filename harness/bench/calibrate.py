@@ -9,7 +9,7 @@ Two kinds of measurement on the embedded model (harness.engine.sim.StepModel say
   They are admitted in one step and decode in lockstep, so a request's decode time over its tokens is the
   step time at batch `b` with `b * ctx` tokens of context. Each reads KV blocks of its own, as the
   workload's sessions do (a batch on one shared prefix reads the same blocks, which stay in the CPU's
-  caches, and measured the step 30% fast against the workload);
+  caches: the simulator on such a calibration ran 34% fast at K/2, 20% on this one; docs/BENCHMARKS.md);
 - prefill: one request of `n` new tokens and one output token, after no cached tokens or after `c` (a
   tool's output appended to a long cached context, the workload's usual prefill); its time to first token
   is one prefill step of `n` tokens.
