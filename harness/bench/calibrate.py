@@ -4,12 +4,15 @@
 
 Two kinds of measurement on the embedded model (harness.engine.sim.StepModel says what each term is):
 
-- decode: a prefix of `ctx` tokens is put in the prefix cache, then `b` requests of that prefix plus a
-  short unique suffix decode `--decode-tokens` tokens each (end of sequence ignored). They are admitted
-  in one step and decode in lockstep, so a request's decode time over its tokens is the step time at
-  batch `b` with `b * ctx` tokens of context;
-- prefill: one request of `n` new tokens (after `c` cached ones) and one output token; its time to
-  first token is one prefill step of `n` tokens.
+- decode: `b` prefixes of `ctx` tokens, each of its own text, are put in the prefix cache, then `b` requests,
+  one on each prefix plus a short suffix, decode `--decode-tokens` tokens each (end of sequence ignored).
+  They are admitted in one step and decode in lockstep, so a request's decode time over its tokens is the
+  step time at batch `b` with `b * ctx` tokens of context. Each reads KV blocks of its own, as the
+  workload's sessions do (a batch on one shared prefix reads the same blocks, which stay in the CPU's
+  caches: the simulator on such a calibration ran 34% fast at K/2, 20% on this one; docs/BENCHMARKS.md);
+- prefill: one request of `n` new tokens and one output token, after no cached tokens or after `c` (a
+  tool's output appended to a long cached context, the workload's usual prefill); its time to first token
+  is one prefill step of `n` tokens.
 
 Step time = base + per_seq * seqs + per_token * prefill tokens + per_decode_pair * context tokens read
 + per_prefill_pair * (n * c + n * n / 2), fitted by least squares with every coefficient kept >= 0.
@@ -61,9 +64,13 @@ def fit(rows: list[tuple[list[float], float]]) -> StepModel:
     return StepModel(**{name: float(f"{value:.4g}") for name, value in zip(TERMS, coef)})
 
 
-async def cached_prefix(engine: Any, context: int) -> list[dict[str, str]]:
-    """A new system prompt of about `context` tokens, put in the prefix cache."""
-    prefix = long_prompt(engine, context)
+def own_prefixes(engine: Any, count: int, context: int) -> list[list[dict[str, str]]]:
+    """`count` system prompts of about `context` tokens, each of its own text, so no two share a KV block."""
+    return [long_prompt(engine, context, first=i * 1000) for i in range(count)]
+
+
+async def cache(engine: Any, prefix: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Put `prefix` in the prefix cache (one request on it, one output token) and return it."""
     await run_one(engine, LLMRequest(f"cal-prefix-{uuid.uuid4().hex[:8]}",
                                      prefix + [{"role": "user", "content": "Warm."}], max_tokens=1))
     return prefix
@@ -78,14 +85,23 @@ def forced_text(engine: Any, tokens: int, index: int) -> str:
     return text
 
 
-async def decode_point(engine: Any, batch: int, prefix: list[dict[str, str]], tokens: int,
+def decode_requests(engine: Any, prefixes: list[list[dict[str, str]]], tokens: int,
+                    forced: bool = False) -> list[LLMRequest]:
+    """One request on each prefix (the batch is their number), decoding `tokens` tokens, `forced` to a text
+    or free."""
+    batch = len(prefixes)
+    return [LLMRequest(f"cal-dec-{batch}-{i}-{uuid.uuid4().hex[:6]}",
+                       prefix + [{"role": "user", "content": f"Story {batch}-{i}."}], max_tokens=tokens,
+                       force=forced_text(engine, tokens, i) if forced else None)
+            for i, prefix in enumerate(prefixes)]
+
+
+async def decode_point(engine: Any, prefixes: list[list[dict[str, str]]], tokens: int,
                        forced: bool = False) -> dict[str, Any]:
-    """Step time with `batch` sequences decoding after the cached `prefix`: free (end of sequence ignored), or
+    """Step time with one sequence decoding after each cached prefix: free (end of sequence ignored), or
     `forced` to a text token by token as `tao bench cosched` replays recorded answers."""
-    requests = [LLMRequest(f"cal-dec-{batch}-{i}-{uuid.uuid4().hex[:6]}",
-                           prefix + [{"role": "user", "content": f"Story {i}."}], max_tokens=tokens,
-                           force=forced_text(engine, tokens, i) if forced else None)
-                for i in range(batch)]
+    batch = len(prefixes)
+    requests = decode_requests(engine, prefixes, tokens, forced)
     usages = await asyncio.gather(*(run_one(engine, r, ignore_eos=True) for r in requests))
     steps = [u.decode_seconds / (u.output_tokens - 1) for u in usages if u.decode_seconds and u.output_tokens > 1]
     prompt = round(sum(u.prompt_tokens for u in usages) / len(usages))
@@ -95,11 +111,11 @@ async def decode_point(engine: Any, batch: int, prefix: list[dict[str, str]], to
             "x": features(batch, batch * (prompt + made // 2), 0, 0), "y": seconds}
 
 
-async def prefill_point(engine: Any, new: int, cached: int) -> dict[str, Any]:
-    """One step prefilling about `new` tokens after `cached` tokens already in the cache."""
-    if cached:
-        prefix = await cached_prefix(engine, cached)
-        tail = long_prompt(engine, new)[0]["content"]
+async def prefill_point(engine: Any, new: int, prefix: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """One step prefilling about `new` tokens, after the cached `prefix` if one is given (a user message of
+    its own text, as a tool's output follows a session's context)."""
+    if prefix:
+        tail = long_prompt(engine, new, first=500)[0]["content"]
         messages = prefix + [{"role": "user", "content": tail}]
     else:
         messages = long_prompt(engine, new) + [{"role": "user", "content": "Summarize."}]
@@ -125,10 +141,10 @@ def kv_tokens(engine: Any) -> int:
     return int(float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")) * 2**30 // per_token)
 
 
-async def measure(batches: list[int], contexts: list[int], prefills: list[int], tokens: int,
+async def measure(batches: list[int], contexts: list[int], prefills: list[int], after: list[int], tokens: int,
                   forced: bool = False) -> dict[str, Any]:
-    """Start the embedded engine, take every measurement (decoding `forced` to a text, or free), fit, and build
-    the profile."""
+    """Start the embedded engine, take every measurement (decoding `forced` to a text, or free; prefilling after
+    no cache and after each of `after` cached tokens), fit, and build the profile."""
     from harness.engine.factory import EngineOptions, start_local
 
     started = time.monotonic()
@@ -138,17 +154,20 @@ async def measure(batches: list[int], contexts: list[int], prefills: list[int], 
         await run_one(engine, LLMRequest("cal-warmup", [{"role": "user", "content": "Hello"}], max_tokens=4))
         points = []
         for context in contexts:
-            prefix = await cached_prefix(engine, context)
+            prefixes = [await cache(engine, p) for p in own_prefixes(engine, max(batches), context)]
             for batch in batches:
-                points.append(await decode_point(engine, batch, prefix, tokens, forced))
+                points.append(await decode_point(engine, prefixes[:batch], tokens, forced))
                 print(f"  decode  batch {batch:3} context {points[-1]['context']:5}: {points[-1]['step_s']:.4f} s/step",
                       file=sys.stderr, flush=True)
         for new in prefills:
-            points.append(await prefill_point(engine, new, 0))
+            points.append(await prefill_point(engine, new))
             print(f"  prefill {points[-1]['new']:5} tokens: {points[-1]['ttft_s']:.3f} s", file=sys.stderr, flush=True)
-        points.append(await prefill_point(engine, min(prefills), max(prefills)))
-        print(f"  prefill {points[-1]['new']:5} tokens after {points[-1]['cached']}: {points[-1]['ttft_s']:.3f} s",
-              file=sys.stderr, flush=True)
+        for cached in after:
+            prefix = await cache(engine, long_prompt(engine, cached))
+            for new in prefills:
+                points.append(await prefill_point(engine, new, prefix))
+                print(f"  prefill {points[-1]['new']:5} tokens after {points[-1]['cached']}: "
+                      f"{points[-1]['ttft_s']:.3f} s", file=sys.stderr, flush=True)
         capacity, block = kv_tokens(engine), engine.block_size
         scheduler = engine._llm.vllm_config.scheduler_config
         limits = {"max_model_len": engine.max_model_len, "max_seqs": int(scheduler.max_num_seqs),
@@ -196,9 +215,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     batches = parse_counts(args.batches, "--batches")
     contexts = parse_counts(args.contexts, "--contexts")
     prefills = parse_counts(args.prefill, "--prefill")
+    after = parse_counts(args.prefill_after, "--prefill-after")
     if max(prefills) > 4096:
         raise UsageError("--prefill: at most 4096 tokens (one step of the CPU engine's token budget)")
-    result = asyncio.run(measure(batches, contexts, prefills, args.decode_tokens, args.forced))
+    result = asyncio.run(measure(batches, contexts, prefills, after, args.decode_tokens, args.forced))
     if args.out:
         args.out.write_text(dump(result) + "\n", encoding="utf-8")
     report(result).emit()
@@ -213,7 +233,12 @@ def register(bench_subparsers: Any) -> None:
                     "tokens, fit harness.engine.sim's StepModel, and print the profile as JSON.")
     parser.add_argument("--batches", default="1,2,4,8,16,32", help="decode batch sizes (default 1,2,4,8,16,32)")
     parser.add_argument("--contexts", default="128,1536", help="decode context lengths in tokens (default 128,1536)")
-    parser.add_argument("--prefill", default="256,1024,2048", help="prefill sizes in tokens (default 256,1024,2048)")
+    parser.add_argument("--prefill", default="64,512,1536",
+                        help="prefill sizes in tokens, each under the CPU engine's 2,048-token step budget with the "
+                             "chat template, so one step each (default 64,512,1536)")
+    parser.add_argument("--prefill-after", default="2000,4000,6000",
+                        help="cached context lengths in tokens that each prefill size is also measured after, as a "
+                             "tool's output follows a session's cached context (default 2000,4000,6000)")
     parser.add_argument("--decode-tokens", type=int, default=24, help="tokens each decode request makes (default 24)")
     parser.add_argument("--forced", action="store_true",
                         help="decode by forcing a text token by token, as `tao bench cosched` replays recorded "

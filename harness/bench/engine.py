@@ -28,16 +28,21 @@ FILLER = ("def handler_{i}(request):\n    \"\"\"Return the response for request 
 
 
 
-def long_prompt(engine: Any, target_tokens: int) -> list[dict[str, str]]:
-    """A system message of about `target_tokens` tokens (a unique first line, so it starts uncached)."""
+def long_prompt(engine: Any, target_tokens: int, first: int = 0) -> list[dict[str, str]]:
+    """A system message of `target_tokens` tokens less at most one function's (about 50), with a unique first
+    line, so it starts uncached, and functions numbered from `first` (prompts of different `first` differ
+    throughout, not only at the start). Grows 20 functions at a time, then one."""
     head = f"Session {uuid.uuid4().hex}. You review this Python module.\n\n"
-    body, i = "", 0
+    body, i, step = "", first, 20
     while True:
-        chunk = "".join(FILLER.format(i=j) for j in range(i, i + 20))
+        chunk = "".join(FILLER.format(i=j) for j in range(i, i + step))
         messages = [{"role": "system", "content": head + body + chunk}, {"role": "user", "content": "Summarize."}]
-        if len(engine.render(LLMRequest("count", messages))) > target_tokens:
+        if len(engine.render(LLMRequest("count", messages))) <= target_tokens:
+            body, i = body + chunk, i + step
+        elif step > 1:
+            step = 1
+        else:
             return [{"role": "system", "content": head + body}]
-        body, i = body + chunk, i + 20
 
 
 async def run_one(engine: Any, request: LLMRequest, ignore_eos: bool = False) -> Usage:
