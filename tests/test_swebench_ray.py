@@ -73,24 +73,29 @@ def kill_a_ray_worker(proc: subprocess.Popen[str], out: Path) -> tuple[str, str,
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """The demo run once in one process and once on Ray with a worker killed mid-batch."""
+    """The demo run once in one process and once on Ray with a worker killed mid-batch, both at once (the one
+    process runs while the cluster starts)."""
     root = tmp_path_factory.mktemp("ray")
     make_demo(root, COUNT)
-    single = subprocess.run(tao_swebench(root, "single"), cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert single.returncode == 0, single.stderr
-    # turns slow enough (seconds an instance) that the kill lands while an instance runs
-    proc = subprocess.Popen(tao_swebench(root, "ray", "--ray", "--seconds-per-token", "0.01"), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        finished, kept, lines = kill_a_ray_worker(proc, root / "ray")
-        _, rest = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:  # a failure above: let the driver shut its cluster down
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with open(root / "single.err", "w+") as err:
+        single = subprocess.Popen(tao_swebench(root, "single"), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        # turns slow enough (seconds an instance) that the kill lands while an instance runs
+        proc = subprocess.Popen(tao_swebench(root, "ray", "--ray", "--seconds-per-token", "0.005"), cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            finished, kept, lines = kill_a_ray_worker(proc, root / "ray")
+            _, rest = proc.communicate(timeout=600)
+            single.wait(timeout=600)
+        finally:
+            for child in (proc, single):
+                if child.poll() is None:  # a failure above: let the driver shut its cluster down
+                    child.send_signal(signal.SIGINT)
+                    try:
+                        child.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        child.kill()
+        err.seek(0)
+        assert single.returncode == 0, err.read()
     assert proc.returncode == 0, "".join(lines[:-1]) + rest
     return root, {"finished": finished, "kept": kept, "killed": lines[-1], "stderr": "".join(lines[:-1]) + rest}
 
