@@ -1,20 +1,29 @@
 """`tao swebench --ray` on a real local Ray cluster of two workers (the demo dataset, the replay engine): the
 same predictions as the single-process run, and a worker killed mid-batch loses no finished instance while
-the instance it ran is marked and run again."""
+the instance it ran is marked and run again. With several engine endpoints (`--engine-url`, real gateways over
+simulated engines on 127.0.0.1), the workers' sessions reach them, each session sticking to one."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from harness.coscheduler import FCFS, CoScheduler
+from harness.engine.sim import Profile, SimEngine, StepModel
 from harness.errors import UsageError
+from harness.gateway import serving
 from harness.swebench import cluster
 from harness.swebench.demo_dataset import make_demo
 from tests.helpers import ROOT
@@ -22,6 +31,8 @@ from tests.helpers import ROOT
 pytest.importorskip("ray", reason="the ray extra is not installed: pip install 'tao-agent[ray]'")
 
 COUNT = 4
+SIM = Profile("flat", StepModel(0.002, 0.0, 0.0, 0.0, 0.0), kv_tokens=400_000, max_model_len=100_000,
+              chars_per_token=4.0)  # a quick simulated engine with room for the agent's prompts
 STARTED = re.compile(r"^(\S+): started on \S+ pid (\d+)$")
 
 
@@ -62,24 +73,29 @@ def kill_a_ray_worker(proc: subprocess.Popen[str], out: Path) -> tuple[str, str,
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    """The demo run once in one process and once on Ray with a worker killed mid-batch."""
+    """The demo run once in one process and once on Ray with a worker killed mid-batch, both at once (the one
+    process runs while the cluster starts)."""
     root = tmp_path_factory.mktemp("ray")
     make_demo(root, COUNT)
-    single = subprocess.run(tao_swebench(root, "single"), cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert single.returncode == 0, single.stderr
-    # turns slow enough (seconds an instance) that the kill lands while an instance runs
-    proc = subprocess.Popen(tao_swebench(root, "ray", "--ray", "--seconds-per-token", "0.01"), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        finished, kept, lines = kill_a_ray_worker(proc, root / "ray")
-        _, rest = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:  # a failure above: let the driver shut its cluster down
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    with open(root / "single.err", "w+") as err:
+        single = subprocess.Popen(tao_swebench(root, "single"), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        # turns slow enough (seconds an instance) that the kill lands while an instance runs
+        proc = subprocess.Popen(tao_swebench(root, "ray", "--ray", "--seconds-per-token", "0.005"), cwd=ROOT,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            finished, kept, lines = kill_a_ray_worker(proc, root / "ray")
+            _, rest = proc.communicate(timeout=600)
+            single.wait(timeout=600)
+        finally:
+            for child in (proc, single):
+                if child.poll() is None:  # a failure above: let the driver shut its cluster down
+                    child.send_signal(signal.SIGINT)
+                    try:
+                        child.wait(timeout=60)
+                    except subprocess.TimeoutExpired:
+                        child.kill()
+        err.seek(0)
+        assert single.returncode == 0, err.read()
     assert proc.returncode == 0, "".join(lines[:-1]) + rest
     return root, {"finished": finished, "kept": kept, "killed": lines[-1], "stderr": "".join(lines[:-1]) + rest}
 
@@ -119,6 +135,56 @@ def test_a_rerun_on_ray_keeps_every_finished_instance(runs: tuple[Path, dict]) -
     assert again.returncode == 0, again.stderr
     assert "started on" not in again.stderr and [path.read_text() for path in results] == before
     assert predictions(root / "ray" / "preds.jsonl") == predictions(root / "single" / "preds.jsonl")
+
+
+@pytest.fixture(scope="module")
+def replicas() -> Iterator[tuple[list[CoScheduler], list[str]]]:
+    """Two `tao serve` gateways, each over its own simulated engine, on 127.0.0.1 (served from a thread of the test
+    process while `tao swebench` runs as a subprocess); yields their co-schedulers and URLs."""
+    box: dict[str, Any] = {}
+    ready = threading.Event()
+
+    async def serve() -> None:
+        try:
+            coscheds = [CoScheduler(SimEngine(SIM), FCFS()) for _ in range(2)]
+            async with contextlib.AsyncExitStack() as stack:
+                urls = [await stack.enter_async_context(serving(cosched, "m")) for cosched in coscheds]
+                box.update(coscheds=coscheds, urls=urls, loop=asyncio.get_running_loop(), stop=asyncio.Event())
+                ready.set()
+                await box["stop"].wait()
+        finally:
+            ready.set()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    ready.wait(120)
+    assert "urls" in box, "the test gateways did not start"
+    try:
+        yield box["coscheds"], box["urls"]
+    finally:
+        box["loop"].call_soon_threadsafe(box["stop"].set)
+        thread.join(30)
+
+
+def test_ray_sessions_reach_several_engine_urls_each_sticking_to_one(
+        tmp_path: Path, replicas: tuple[list[CoScheduler], list[str]]) -> None:
+    coscheds, urls = replicas
+    make_demo(tmp_path, COUNT)
+    argv = [sys.executable, "-m", "harness.cli", "swebench", "--instances", str(tmp_path / "instances.jsonl"),
+            "--repos", str(tmp_path / "repos"), "--output", str(tmp_path / "out"), "--workers", "2", "--ray",
+            "--engine-url", urls[0], "--engine-url", urls[1], "--max-steps", "2", "--max-tokens", "8",
+            "--no-speculation"]
+    result = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["done"] == COUNT and "error" not in summary["status"], summary
+    held = [{r.session_id for r in cosched.records if r.action == "arrive"} for cosched in coscheds]
+    assert all(held) and not held[0] & held[1], held  # both replicas used, no session on both
+    starts = [json.loads(line) for path in (tmp_path / "out" / "instances").glob("*/trajectory.jsonl")
+              for line in path.read_text().splitlines() if '"session_start"' in line]
+    assert sorted(s["session_id"] for s in starts) == sorted(held[0] | held[1])  # every session, and only them
+    for start in starts:  # each trajectory names the replica that held its session
+        assert start["engine"].endswith(f" at {urls[0 if start['session_id'] in held[0] else 1]}"), start
 
 
 def test_ray_refuses_an_engine_each_worker_would_start(tmp_path: Path) -> None:

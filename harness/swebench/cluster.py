@@ -3,7 +3,10 @@
 Each of `workers` Ray actors takes one instance at a time and runs it as a one-instance `Batch` in a
 folder of its own node: the worktree is made there from the node's clone (the same --repos path on every
 node), the session's tools run there, and its engine is reached over HTTP (--engine openai, a `tao serve`)
-or is the scripted replay. The actor sends back the instance's files (result, trajectory, report, test
+or is the scripted replay. With several engine endpoints (--engine-url), the driver chooses each instance's
+replica (by the replicas' loads and the sessions it sent to each, harness.engine.replicas) and the actor's
+session talks to that one only, so sessions spread over the replicas as in one process and each sticks to its
+replica's prefix cache. The actor sends back the instance's files (result, trajectory, report, test
 log); the driver writes them into the usual output folder as each instance finishes, so resume, --redo,
 preds.jsonl and summary.json work as without Ray. An actor that dies (its process or its node) loses only
 the instance it was running: that instance is marked and retried once on a fresh actor, then reported
@@ -30,6 +33,7 @@ from typing import Any
 
 from harness.coscheduler import Policy
 from harness.engine.api import Engine
+from harness.engine.replicas import ReplicaSet
 from harness.errors import UsageError
 from harness.swebench.batch import Batch, BatchConfig, Layout, read_json, write_atomic, write_json
 from harness.swebench.instances import Instance
@@ -65,10 +69,10 @@ def start(address: str, workers: int) -> ModuleType:
 
 def check_engine(args: Namespace) -> None:
     """Refuse engines each Ray worker would have to start for itself (an in-process vLLM per worker)."""
-    if args.engine == "vllm" and not args.sim:
+    if args.engine == "vllm" and not args.sim and not getattr(args, "engine_url", None):
         raise UsageError("--ray runs sessions on other processes and nodes, each reaching the engine over HTTP: "
-                         "give --engine openai --base-url URL (a `tao serve` or any OpenAI-compatible server), or "
-                         "--engine replay --replay DIR")
+                         "give --engine openai --base-url URL or --engine-url URL (a `tao serve` or any "
+                         "OpenAI-compatible server, once per replica), or --engine replay --replay DIR")
 
 
 @dataclass(frozen=True)
@@ -96,15 +100,17 @@ class InstanceRunner:
         node_id = ray.get_runtime_context().get_node_id()
         return Placement(f"{socket.gethostname()}/{node_id[:8]}", os.getpid())
 
-    async def run(self, instance: Instance, previous: dict[str, Any] | None) -> dict[str, str]:
-        """Run (or, with `previous`, only grade) the instance; its files by name, as text."""
+    async def run(self, instance: Instance, previous: dict[str, Any] | None, replica: str | None = None
+                  ) -> dict[str, str]:
+        """Run (or, with `previous`, only grade) the instance, its session on the engine at URL `replica` when
+        the driver chose one of several; its files by name, as text."""
         root = Path(tempfile.mkdtemp(prefix=f"tao-ray-{instance.instance_id}-"))
         layout = Layout(root)
         try:
             if previous is not None:
                 write_json(layout.result(instance.instance_id), previous)
             config = replace(self.config, output=root, workers=1, redo=False)
-            await self.batch(instance, config)
+            await self.batch(instance, config, replica)
             folder = layout.instance(instance.instance_id)
             return {name: (folder / name).read_text(encoding="utf-8") for name in SHIPPED
                     if (folder / name).is_file()}
@@ -114,9 +120,12 @@ class InstanceRunner:
             else:
                 shutil.rmtree(root, ignore_errors=True)
 
-    async def batch(self, instance: Instance, config: BatchConfig) -> None:
-        """The instance as a batch of one, on its own engine client."""
-        engine = await self.opener(self.args, [instance])
+    async def batch(self, instance: Instance, config: BatchConfig, replica: str | None) -> None:
+        """The instance as a batch of one, on its own engine client (of the replica at URL `replica`, if given)."""
+        args = self.args if replica is None else Namespace(**{**vars(self.args), "engine_url": [replica]})
+        engine = await self.opener(args, [instance])
+        if replica is not None:
+            engine.name = f"{engine.name} at {replica}"  # the trajectory records the replica, as in one process
         try:
             await Batch([instance], engine, config, self.policy).run()
         finally:
@@ -166,7 +175,7 @@ class ClusterBatch(Batch):
                     if self.progress is not None:
                         self.progress.started(instance.instance_id, str(placement))
                     previous = None if agent else self.results[instance.instance_id]
-                    files = await actor.run.remote(instance, previous)
+                    files = await actor.run.remote(instance, previous, replica_url(self.engine, instance.instance_id))
                 except ray.exceptions.RayTaskError as exc:  # a bug in the actor's code: this instance only
                     cause = getattr(exc, "cause", None) or exc
                     await self.receive(instance, {}, lost.get(instance.instance_id, []),
@@ -221,6 +230,15 @@ class ClusterBatch(Batch):
             self.progress.stepped(iid, int(result.get("steps", 0)),
                                   int(result.get("speculation", {}).get("promoted", 0)))
         await self.finish(instance, result)
+
+
+def replica_url(engine: Engine, instance_id: str) -> str | None:
+    """The URL of the replica the instance's session goes to, of several engine endpoints: chosen here on the driver,
+    which sees every session sent (an actor's own set would see only its one); the same one on a retry. None for
+    one endpoint."""
+    if not isinstance(engine, ReplicaSet):
+        return None
+    return engine.pin(instance_id).base_url
 
 
 def read_json_text(text: str | None) -> Any:

@@ -2,6 +2,7 @@
 
     tao swebench --instances lite.jsonl --repos ~/clones --workers 4 --output runs/lite [--evaluate] [--redo]
     tao swebench ... --ray [ADDRESS] --engine openai --base-url URL   (sessions on a Ray cluster's nodes)
+    tao swebench ... --ray [ADDRESS] --engine-url URL1 --engine-url URL2   (and on several engine replicas)
 
 Exit codes: 0 the batch went through (whatever each instance's outcome), 1 the engine or harness
 failed, 2 bad usage, 130 interrupted (rerun the same command to resume).
@@ -79,8 +80,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray", nargs="?", const=LOCAL, metavar="ADDRESS",
                    help="run the instances on a Ray cluster, --workers at a time (the ray extra): ADDRESS of its head, "
                         "auto for the one started on this machine by `ray start`, none to start a local one; every "
-                        "node needs the clones at --repos and reaches the engine over HTTP (--engine openai) or "
-                        "replays (--engine replay)")
+                        "node needs the clones at --repos and reaches the engine over HTTP (--engine openai, or "
+                        "--engine-url per replica: the driver picks each instance's) or replays (--engine replay)")
     add_engine_flags(p)
     p.set_defaults(func=cmd_swebench)
 
