@@ -15,8 +15,7 @@ import pytest
 
 from harness.cli import build_parser
 from harness.coscheduler import FCFS, CoScheduler
-from harness.engine.api import EngineLoad, LLMRequest
-from harness.engine.openai_http import OpenAIEngine
+from harness.engine.api import Engine, EngineLoad, LLMRequest
 from harness.engine.replicas import ReplicaSet, choose, read_urls
 from harness.engine.sim import Profile, SimEngine, StepModel
 from harness.errors import EngineDied, EngineUnavailable, UsageError
@@ -33,7 +32,7 @@ def request(rid: str, chars: int = 20, max_tokens: int = 1) -> LLMRequest:
     return LLMRequest(rid, [{"role": "user", "content": "y" * chars}], max_tokens=max_tokens)
 
 
-async def drain(engine: OpenAIEngine, req: LLMRequest) -> None:
+async def drain(engine: Engine, req: LLMRequest) -> None:
     async for _ in engine.stream(req):
         pass
 
@@ -154,6 +153,30 @@ async def test_sessions_stick_to_one_replica_and_new_ones_go_to_the_least_loaded
             await replicas.close()
     assert Counter(arrivals(coscheds[1])) == {"s1": 3, "s3": 3} and Counter(arrivals(coscheds[2])) == {"s2": 3, "s4": 3}
     assert replicas.sent == [0, 2, 2]
+
+
+async def test_scripted_answers_over_replicas_keep_each_session_on_one() -> None:
+    """`tao swebench --replay DIR --engine-url A --engine-url B`: the scripted engine forces each instance's turns
+    through its session's own view of the replicas, so every request carries its session and stays on one. (The
+    simulated gateways do not force text: only vLLM servers take the forcing regex, so routing is what is checked.)"""
+    from harness.engine.api import for_session
+    from harness.engine.recorded import Recording, Turn
+    from harness.swebench.scripted import ScriptedEngine
+
+    scripts = {i: Recording([Turn(f"{i} first"), Turn(f"{i} second")]) for i in ("i1", "i2")}
+    async with gateways([0.005, 0.005]) as (coscheds, urls):
+        scripted = ScriptedEngine(scripts, {"task one": "i1", "task two": "i2"}, inner=await connect(urls))
+        try:
+            for session, task in (("s1", "task one"), ("s2", "task two")):
+                view = for_session(scripted, session, "batch")
+                messages: list[dict[str, object]] = [{"role": "user", "content": task}]
+                for step in range(2):
+                    await drain(view, LLMRequest(f"{session}-{step}", messages, max_tokens=4))
+                    messages = [*messages, {"role": "assistant", "content": f"answer {step}"}]
+        finally:
+            await scripted.close()
+    assert {session for c in coscheds for session in arrivals(c)} == {"s1", "s2"}  # none as "(no session)"
+    assert sorted(Counter(arrivals(c)) for c in coscheds) == sorted([Counter(s1=2), Counter(s2=2)])
 
 
 async def test_plain_servers_get_the_fewest_sessions_sent() -> None:

@@ -14,7 +14,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import replace
 from pathlib import Path
 
-from harness.engine.api import Chunk, Engine, LLMRequest, Usage
+from harness.engine.api import Chunk, Engine, LLMRequest, Usage, for_session, rename_session
 from harness.engine.recorded import Recording, load_recording, split_tokens
 from harness.errors import ReplayExhausted, UsageError
 
@@ -47,6 +47,21 @@ class ScriptedEngine:
                     scripts[instance_id] = load_recording(folder / f"{instance_id}{suffix}")
                     break
         return cls(scripts, tasks, inner, seconds_per_token)
+
+    def for_session(self, session_id: str, traffic: str) -> ScriptedEngine:
+        """The engine as one session sees it: the same scripts over the inner engine's view of that session, so
+        a gateway paces the session by its id and several replicas (harness.engine.replicas) pin it to one."""
+        if self.inner is None:
+            return self
+        view = ScriptedEngine(self.scripts, self.tasks, for_session(self.inner, session_id, traffic),
+                              self.seconds_per_token)
+        view._aborted = self._aborted  # one set of aborted ids, whichever view saw the abort
+        return view
+
+    def rename(self, session_id: str) -> None:
+        """A resumed session keeps its saved id: so does the inner engine's view."""
+        if self.inner is not None:
+            rename_session(self.inner, session_id)
 
     def turn_for(self, request: LLMRequest) -> str:
         """The scripted answer for this request: its instance's turn at this step."""
