@@ -215,13 +215,14 @@ async def test_the_kv_cache_capacity_agrees_with_its_configured_size(vllm_engine
 
 async def test_calibration_can_time_forced_decoding_as_the_replay_forces_answers(vllm_engine) -> None:
     # `tao bench calibrate --forced`: the step model priced on decoding that follows a text token by token.
-    from harness.bench.calibrate import cached_prefix, decode_point, forced_text
+    from harness.bench.calibrate import cache, decode_point, forced_text, own_prefixes
 
     texts = [forced_text(vllm_engine, 24, i) for i in range(2)]
     assert texts[0] != texts[1] and all(len(vllm_engine.tokenizer.encode(t)) >= 24 for t in texts)
     made, last = await collect(vllm_engine, LLMRequest(rid(), [{"role": "user", "content": "Go."}], 24, force=texts[1]))
     assert made == texts[1] and last.finish_reason == "stop"
-    point = await decode_point(vllm_engine, 2, await cached_prefix(vllm_engine, 128), 24, forced=True)
+    prefixes = [await cache(vllm_engine, prefix) for prefix in own_prefixes(vllm_engine, 2, 128)]
+    point = await decode_point(vllm_engine, prefixes, 24, forced=True)
     assert point["forced"] and point["batch"] == 2 and point["step_s"] > 0
 
 
