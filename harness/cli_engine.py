@@ -41,11 +41,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          "(clients then list them all with --engine-url)")
     if args.upstream and args.engine != "vllm":
         raise UsageError("--upstream URL is the engine; leave out --engine (or use --engine openai --base-url URL)")
-    from harness.flags import check_pacing
+    from harness.flags import PACING_KV_TOKENS, cosched_policy
     from harness.gateway import gateway_argv
 
-    if args.policy != "fcfs":  # before the engine's half minute of start, not after it
-        check_pacing(args.knee, args.kv_tokens or 1, args.max_wait)
+    # the policy's own check, before the engine's half minute of start (the gateway builds it again from its engine)
+    cosched_policy(args.policy, args.knee, args.kv_tokens or PACING_KV_TOKENS, args.max_wait)
     port = args.port or server.free_port()
     engine = f"the upstream server {args.upstream}" if args.upstream else f"the {args.engine} engine"
     slow = " (tens of seconds for vLLM on a CPU)" if args.engine == "vllm" and not args.upstream else ""
