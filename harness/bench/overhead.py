@@ -42,17 +42,9 @@ class Meter:
         if scheduler is None:
             return meter
         analyzer: Any = scheduler.analyzer
-        plain = type(analyzer).predict
-
-        def timed_predict(self: Any, *args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return plain(self, *args, **kwargs)
-            finally:
-                meter.predict.append(time.perf_counter() - started)
-
         # On its class, not the instance: a copy the analyzer makes of itself (`ahead`, to predict past an edit)
         # must predict from its own state, and a wrapper bound to this instance would answer from the original's.
+        timed_predict = meter._timed(type(analyzer).predict, meter.predict)  # a plain function: a method on a class
         analyzer.__class__ = type(f"Metered{type(analyzer).__name__}", (type(analyzer),), {"predict": timed_predict})
         scheduler.launch = meter._timed(scheduler.launch, meter.launch)  # type: ignore[method-assign]
         scheduler.chain = meter._timed(scheduler.chain, meter.launch)  # type: ignore[method-assign]
