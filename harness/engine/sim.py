@@ -476,9 +476,8 @@ class SimEngine:
             return False
         self.pool.hold(hits)  # first, so that making room cannot evict them
         needed = math.ceil((cached_tokens + tokens) / size) - len(hits)
-        if not self.pool.allocate(needed):  # cannot happen after the check above; kept as a guard
-            self.pool.release(hits, 0)
-            return False
+        allocated = self.pool.allocate(needed)
+        assert allocated, "the whole sequence fits in the free blocks, so its first ones do"
         req.hashed, req.computed, req.phase = list(hits), cached_tokens, Phase.RUNNING
         req.private = needed
         if req.cached is None:
