@@ -21,13 +21,25 @@ marks and leftover index, and `git prune` removes the objects nothing kept reach
 KEEP_DAYS (a younger object may belong to a session taking a checkpoint at that moment). The opening
 session is the newest, so what it takes or adopts is never pruned; a saved session whose checkpoints are
 gone simply cannot undo those turns (`adopt` drops them).
+
+Abandoned stores: each store records the path of its work tree (the file `repository`), and every session
+holds a shared lock on the store's `in-use` file while it has the store open. Opening a store also removes each
+other store in the folder that no session used within KEEP_DAYS (its session marks, index files and what each
+opening writes are all older) and whose work tree is gone, unless a session holds it: a deleted repository or
+a one-off checkout is never opened again, so its store would stay forever. A store made before the record says
+nothing of its work tree (its name is a hash of the path): it counts as gone when the repository whose objects
+it borrowed (alternates) is gone, as its checkpoints could not be read any more anyway; otherwise it is kept
+until its work tree opens it again and records itself. A store is renamed out of the way under an exclusive
+lock, then deleted; one that cannot be deleted is logged and tried again at the next opening.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -48,6 +60,10 @@ _IDENTITY = {"GIT_AUTHOR_NAME": "tao", "GIT_AUTHOR_EMAIL": "tao@localhost", "GIT
              "GIT_COMMITTER_DATE": "1970-01-01T00:00:00Z"}
 KEEP_SESSIONS = 20  # a repository's newest sessions whose checkpoints are kept, however old
 KEEP_DAYS = 30.0  # ... and those of every session that used the store more recently than this
+RECORD = "repository"  # in each store: the path of its work tree, so that an abandoned store can be told
+IN_USE = "in-use"  # in each store: a session holds a shared lock on it while it has the store open
+_STORE_NAME = re.compile(r"[0-9a-f]{16}")  # a store's folder: the hash of its work tree's path
+_REMOVING = ".removing-"  # a store being deleted is renamed so first; one left so is deleted at the next opening
 # Variables that would point git at another repository than the store.
 _FOREIGN = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES",
             "GIT_COMMON_DIR", "GIT_NAMESPACE", "GIT_CEILING_DIRECTORIES", "GIT_PREFIX")
@@ -95,22 +111,30 @@ class Checkpoints:
         self.start: Checkpoint | None = None  # the session's first checkpoint, for `diff`
         self._lock = threading.Lock()
         self._seeded = False
+        self._in_use: int | None = None  # the descriptor of the store's IN_USE file, locked shared while open
 
     @classmethod
     def open(cls, root: Path, folder: Path, name: str = "", keep_sessions: int = KEEP_SESSIONS,
              keep_days: float = KEEP_DAYS) -> Checkpoints:
-        """The store of `root` under `folder` (made on first use), with old sessions' checkpoints pruned (see the
-        module's docstring: `keep_sessions`, `keep_days`); raises CheckpointError when git cannot run."""
+        """The store of `root` under `folder` (made on first use), with old sessions' checkpoints pruned and other
+        work trees' abandoned stores removed (see the module's docstring: `keep_sessions`, `keep_days`); raises
+        CheckpointError when git cannot run."""
         root = root.resolve()
         if shutil.which("git") is None:
             raise CheckpointError("git is not installed, so Tao keeps no checkpoints and /undo is unavailable")
         git_dir = folder / hashlib.sha256(str(root).encode()).hexdigest()[:16]
         store = cls(root, git_dir, name or f"{os.getpid()}-{id(root):x}")
-        store._prepare()
+        store._hold()
+        try:
+            store._prepare()
+        except BaseException:
+            store._release()
+            raise
         try:
             store.prune(keep_sessions, keep_days)
         except (CheckpointError, OSError) as exc:  # old checkpoints stay a while longer; this session's are safe
             _log.warning("could not prune old checkpoints in %s: %s", git_dir, exc)
+        remove_abandoned(folder, git_dir, keep_days)
         return store
 
     # -- taking and restoring -----------------------------------------------------------------------
@@ -160,8 +184,9 @@ class Checkpoints:
             self.start = self.start or (kept[0] if kept else None)
 
     def close(self) -> None:
-        """Drop this session's index (the commits stay in the store)."""
+        """Drop this session's index (the commits stay in the store) and let go of the store."""
         self.index.unlink(missing_ok=True)
+        self._release()
 
     # -- retention ----------------------------------------------------------------------------------
 
@@ -200,12 +225,24 @@ class Checkpoints:
                                                              for c in commits))
             self._used()
 
+    def _hold(self) -> None:
+        """Lock the store shared for as long as this session has it open, so that no one removes it meanwhile;
+        a store removed while this waited for the lock is made afresh."""
+        while self._in_use is None:
+            self.git_dir.mkdir(parents=True, exist_ok=True)
+            self._in_use = _lock(self.git_dir, fcntl.LOCK_SH)
+
+    def _release(self) -> None:
+        """Let go of the store: once no session holds it, it may be removed when it is abandoned."""
+        if self._in_use is not None:
+            os.close(self._in_use)
+            self._in_use = None
+
     # -- git ----------------------------------------------------------------------------------------
 
     def _prepare(self) -> None:
-        """Make the store if needed, borrow the user's objects, and write the exclude rules."""
+        """Make the store if needed, borrow the user's objects, write the exclude rules and record the work tree."""
         if not (self.git_dir / "HEAD").is_file():
-            self.git_dir.mkdir(parents=True, exist_ok=True)
             init = subprocess.run(["git", "init", "-q", "--bare", str(self.git_dir)], capture_output=True, text=True,
                                   env=_clean_env())
             if init.returncode != 0:
@@ -224,6 +261,7 @@ class Checkpoints:
         if self.git_dir.parent.is_relative_to(self.root):  # Tao's state kept inside the repository: never snapshot it
             rules.append("/" + self.git_dir.parent.relative_to(self.root).as_posix() + "/")
         (info / "exclude").write_text("\n".join(rules) + "\n", encoding="utf-8")
+        (self.git_dir / RECORD).write_bytes(os.fsencode(self.root))  # its work tree: see remove_abandoned
 
     def _user_git_dir(self) -> Path | None:
         """The user's common git directory when the work tree's root is a repository's top level, else None."""
@@ -263,6 +301,97 @@ class Checkpoints:
 
 def _clean_env() -> dict[str, str]:
     return {key: value for key, value in os.environ.items() if key not in _FOREIGN}
+
+
+# -- abandoned stores ---------------------------------------------------------------------------------
+
+
+def remove_abandoned(folder: Path, opening: Path, keep_days: float = KEEP_DAYS) -> list[Path]:
+    """Remove the stores in `folder` (but `opening`) that no session used within `keep_days` and whose work tree
+    is gone (see the module's docstring), and what an earlier removal left; returns the stores removed. Never
+    raises: a store that cannot be removed is logged and tried again at the next opening."""
+    cutoff = time.time() - keep_days * 86400
+    removed: list[Path] = []
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError as exc:
+        _log.warning("could not look for abandoned checkpoint stores in %s: %s", folder, exc)
+        return removed
+    for entry in entries:
+        try:
+            if entry.name.startswith(_REMOVING):
+                shutil.rmtree(entry)
+            elif entry != opening and _STORE_NAME.fullmatch(entry.name) and _abandoned(entry, cutoff):
+                if _remove(entry, cutoff):
+                    removed.append(entry)
+        except FileNotFoundError:
+            pass  # another session removed it at the same moment
+        except OSError as exc:
+            _log.warning("could not remove the abandoned checkpoint store %s (it is tried again when a session "
+                         "opens a store): %s", entry, exc)
+    return removed
+
+
+def _abandoned(store: Path, cutoff: float) -> bool:
+    """Whether no session used the store since `cutoff` and its work tree is gone."""
+    return _last_used(store) < cutoff and _work_tree_gone(store)
+
+
+def _last_used(store: Path) -> float:
+    """When a session last used the store: the newest of what making it, opening it and taking checkpoints write."""
+    sessions = store / "sessions"
+    written = [store / "HEAD", store / RECORD, store / "info" / "exclude", *store.glob("index-*"),
+               *(sessions.iterdir() if sessions.is_dir() else ())]
+    return max((path.stat().st_mtime for path in written if path.exists()), default=0.0)
+
+
+def _work_tree_gone(store: Path) -> bool:
+    """Whether the store's work tree no longer exists. A store made before the record counts as gone only when the
+    repository it borrowed objects from is gone (its checkpoints cannot be read any more); otherwise it is kept."""
+    record = store / RECORD
+    if record.is_file():
+        return not Path(os.fsdecode(record.read_bytes())).is_dir()
+    alternates = store / "objects" / "info" / "alternates"
+    borrowed = os.fsdecode(alternates.read_bytes()).strip() if alternates.is_file() else ""
+    return bool(borrowed) and not Path(borrowed).is_dir()
+
+
+def _remove(store: Path, cutoff: float) -> bool:
+    """Delete an abandoned store unless a session holds it or used it since it was found abandoned; whether it did."""
+    held = _lock(store, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if held is None:
+        return False  # a session has it open
+    try:
+        if not _abandoned(store, cutoff):  # a session opened it and let go since the first look
+            return False
+        trash = store.with_name(f"{_REMOVING}{store.name}-{os.urandom(4).hex()}")
+        store.rename(trash)  # gone for everyone at once: no session finds it half deleted
+    finally:
+        os.close(held)
+    shutil.rmtree(trash)
+    return True
+
+
+def _lock(store: Path, how: int) -> int | None:
+    """A descriptor of the store's IN_USE file (made if missing) locked `how` (fcntl.LOCK_SH, or LOCK_EX|LOCK_NB);
+    None when the store went away meanwhile (renamed to be deleted) or, not waiting, a session holds it."""
+    path = store / IN_USE
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, how)
+        here, held = os.stat(path), os.fstat(fd)
+        if (here.st_dev, here.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+    except (BlockingIOError, FileNotFoundError):
+        pass
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return None
 
 
 def _split(name_status: str) -> tuple[list[str], list[str], list[str]]:

@@ -21,7 +21,8 @@ from harness.engine.sim import CPU, SimEngine
 from harness.cli import build_parser
 from harness.errors import UsageError
 from harness.flags import cosched_policy
-from harness.gateway import Completion, parse_completion, policy_for, serving
+from harness.gateway import policy_for, serving
+from harness.gateway_requests import Completion, parse_completion
 from tools import default_tools, tool_specs
 
 if TYPE_CHECKING:
