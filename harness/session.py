@@ -32,9 +32,10 @@ from harness.history import assistant_message, rebuild
 from harness.speculation.running.observation import ObservationSpeculator, Warm
 from harness.speculation.prediction.patterns import Analyzer, Partial
 from harness.speculation.prediction.prefix import args_prefix_of
-from harness.speculation.running.scheduler import Budget, Speculation, SpeculationScheduler, SpecState
+from harness.speculation.running.records import Budget, Speculation
+from harness.speculation.running.scheduler import SpeculationScheduler
 from harness.submission import git_diff
-from harness.vocabulary import DiscardReason, Moment, Status, Traffic
+from harness.vocabulary import DiscardReason, Moment, SpecState, Status, Traffic
 from sandbox import Workspace
 from tools import run_tool, tool_specs
 from tools.base import Effect, Observation, Tool

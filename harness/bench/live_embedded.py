@@ -51,7 +51,8 @@ from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart
                             SpecPromote, ToolCall, ToolResult, comparable)
 from harness.launch import SessionOptions, open_session
 from harness.session import Session, SessionConfig
-from harness.speculation.running.scheduler import Budget, LastRun
+from harness.speculation.running.records import Budget
+from harness.speculation.running.scheduler import LastRun
 from harness.vocabulary import Status
 from sandbox import Workspace
 

@@ -16,14 +16,14 @@ applied to the real tree just as the real run would have made them. The repeat c
 only for pure tools, whose output is a function of the workspace. Whatever the real call does not use is
 discarded at once. A file edit the model has streamed in full may be applied in an overlay for the call
 predicted after it (`chain`; the rule is in running/chain.py); calls the model has written out are started
-by running/written.py. The scheduler decides and keeps books; the tools themselves do the running.
+by running/written.py. The scheduler decides and keeps books (their records, the budget among them, are in
+running/records.py); the tools themselves do the running.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,9 +33,10 @@ from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, SpecSumm
 from harness.protocol import ParsedCall
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
-from harness.speculation.running import chain, written
+from harness.speculation.running import chain, records, written
 from harness.speculation.running.chain import Edit
 from harness.speculation.running.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
+from harness.speculation.running.records import Budget, KindStats, Speculation
 from harness.vocabulary import DiscardReason, Moment, SpecState
 from sandbox import Workspace
 from sandbox.overlay import Overlay
@@ -43,7 +44,6 @@ from sandbox.promote import PromotionRefused, apply_changes
 from tools import run_tool
 from tools.base import Effect, Observation, Tool
 from tools.reading import ReadFile
-from tools.textfile import TextFile
 
 _log = logging.getLogger(__name__)
 
@@ -76,70 +76,9 @@ class LastRun:
         return self.output
 
 
-@dataclass(frozen=True)
-class Budget:
-    """How much speculative work may run at once, and what is worth starting."""
-
-    k: int = 3
-    """Candidates considered at each moment."""
-    max_running: int = 4
-    """Speculations running at once, all effects together."""
-    max_sandboxed: int = max(1, (os.cpu_count() or 2) // 2)
-    """Overlay runs (whole test suites, scripts) at once: they compete with the engine for CPU."""
-    min_utility: float = 0.0
-    """Expected seconds saved, net of cost, below which a candidate is not started."""
-    min_probability: float = 0.05
-    """Candidates less likely than this are not started however much they would save."""
-
-
-@dataclass
-class Speculation:
-    """One speculative run and what became of it."""
-
-    spec_id: str
-    candidate: Candidate
-    key: str  # canonical: one speculation per predicted effect
-    exact: str  # what a real call must be to be answered by it (see `exact_call`)
-    version: int
-    started: float
-    task: asyncio.Task[Observation] | None = None
-    overlay: Overlay | None = None
-    file: TextFile | None = None  # a speculated whole-file read keeps the file to serve ranges from
-    state: SpecState = SpecState.RUNNING
-    finished: float | None = None
-    after: Edit | None = None  # a chain: the streamed edit applied in its overlay first (running/chain.py)
-
-    @property
-    def servable(self) -> bool:
-        """Whether a real call may be answered by it: not while the edit it runs after has not landed."""
-        return self.after is None or not self.after.pending
-
-
-@dataclass
-class KindStats:
-    """Hits and waste of one kind of call in this session, for adaptive control."""
-
-    launched: int = 0
-    promoted: int = 0
-    saved: float = 0.0
-    wasted: float = 0.0
-    paused_until: int = 0  # step number until which this kind is not speculated
-
-    def to_dict(self) -> dict[str, float]:
-        return {"launched": self.launched, "promoted": self.promoted, "saved": round(self.saved, 3),
-                "wasted": round(self.wasted, 3)}
-
-
 BOOST_EVERY = 0.25  # seconds between boosts of a speculation the real call waits on
 PAUSE_AFTER = 6  # launches of a kind before its hits are judged
 PAUSE_STEPS = 5  # steps a kind that does not pay stays paused before it is tried again
-
-
-def _cost(spec: Speculation) -> float:
-    """What a speculation has used: the CPU seconds of an overlay run (a niced run the engine starves costs
-    next to nothing, however long it waited), the seconds a pure one ran (brief, and not niced)."""
-    cpu = spec.overlay.cpu_seconds() if spec.overlay is not None else None
-    return cpu if cpu is not None else (spec.finished or time.monotonic()) - spec.started
 
 
 def _retrieve(task: asyncio.Task[Observation]) -> None:
@@ -524,7 +463,7 @@ class SpeculationScheduler:
         """Throw one speculation away and say why (`details` fill in the reason's text)."""
         if spec.state >= SpecState.PROMOTED:
             return
-        cost = _cost(spec)  # read before the kill
+        cost = records.cost(spec)  # read before the kill
         tainted = reason is DiscardReason.TAINTED  # its run may have seen another world
         spec.state = SpecState.TAINTED if tainted else SpecState.DISCARDED
         self.specs.pop(spec.key, None)
