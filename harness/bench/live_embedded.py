@@ -52,7 +52,7 @@ from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart
 from harness.launch import SessionOptions, open_session
 from harness.session import Session, SessionConfig
 from harness.speculation.running.records import Budget
-from harness.speculation.running.scheduler import LastRun
+from harness.speculation.running.last_run import LastRun
 from harness.vocabulary import Status
 from sandbox import Workspace
 

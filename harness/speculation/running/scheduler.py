@@ -15,9 +15,11 @@ another world than a real run would (its overlay's taints, hard-linked files): i
 applied to the real tree just as the real run would have made them. The repeat cache answers a call again
 only for pure tools, whose output is a function of the workspace. Whatever the real call does not use is
 discarded at once. A file edit the model has streamed in full may be applied in an overlay for the call
-predicted after it (`chain`; the rule is in running/chain.py); calls the model has written out are started
-by running/written.py. The scheduler decides and keeps books (their records, the budget among them, are in
-running/records.py); the tools themselves do the running.
+predicted after it (`chain`). The scheduler decides and keeps books; the tools themselves do the running.
+
+Where the rest lives, in running/: the rule of chains in chain.py; the launches of calls the model has
+written out (chains among them) in written.py; the records (a speculation, the budget, each kind's hits
+and waste) in records.py; a call's last real run, the guess of its next output, in last_run.py.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, SpecSummary, ToolCall, ToolResult
@@ -35,6 +36,7 @@ from harness.calls.canonical import canonical
 from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
 from harness.speculation.running import chain, records, written
 from harness.speculation.running.chain import Edit
+from harness.speculation.running.last_run import LastRun
 from harness.speculation.running.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
 from harness.speculation.running.records import Budget, KindStats, Speculation
 from harness.vocabulary import DiscardReason, Moment, SpecState
@@ -50,30 +52,6 @@ _log = logging.getLogger(__name__)
 
 class Unconfined(RuntimeError):
     """The sandbox cannot keep a speculative run off the real system on this machine."""
-
-
-@dataclass(frozen=True)
-class LastRun:
-    """A call's last real run, at whatever version: the guess of its output the next time it runs."""
-
-    tool: str
-    output: str
-    failed: bool
-    version: int  # the workspace version after it ran
-
-    @classmethod
-    def of(cls, tool: str, result: ToolResult) -> LastRun:
-        return cls(tool, result.output, result.is_error or result.exit_code not in (None, 0), result.workspace_version)
-
-    def guess(self, tool: str, version: int) -> str | None:
-        """The output, as a guess of the same call run at `version`, where it is a fair one.
-
-        A run that failed is no guess once the tree has changed since: an edit after a failing test run is
-        meant to change its output, and a wrong guess costs the engine a prefill the real step waits behind.
-        """
-        if tool != self.tool or (self.failed and version != self.version):
-            return None
-        return self.output
 
 
 BOOST_EVERY = 0.25  # seconds between boosts of a speculation the real call waits on
