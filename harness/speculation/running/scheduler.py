@@ -18,8 +18,9 @@ discarded at once. A file edit the model has streamed in full may be applied in 
 predicted after it (`chain`). The scheduler decides and keeps books; the tools themselves do the running.
 
 Where the rest lives, in running/: the rule of chains in chain.py; the launches of calls the model has
-written out (chains among them) in written.py; the records (a speculation, the budget, each kind's hits
-and waste) in records.py; a call's last real run, the guess of its next output, in last_run.py.
+written out (chains among them) in written.py; the take side of chains (their edit taken, then landed) in
+landing.py; the records (a speculation, the budget, each kind's hits and waste) in records.py; a call's
+last real run, the guess of its next output, in last_run.py.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, SpecSumm
 from harness.protocol import ParsedCall
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
-from harness.speculation.running import chain, records, written
+from harness.speculation.running import chain, landing, records, written
 from harness.speculation.running.chain import Edit
 from harness.speculation.running.last_run import LastRun
 from harness.speculation.running.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
@@ -269,7 +270,7 @@ class SpeculationScheduler:
             return None
         exact = exact_call(call.name, args)
         if tool.effect is Effect.MUTATING:
-            self._taking_edit(call, exact, version)
+            landing.taking(self, call, exact, version)
         try:
             return await self._serve(call, tool, args, version, arrived)
         finally:
@@ -400,37 +401,10 @@ class SpeculationScheduler:
             if spec is not kept and spec.exact not in self._expected:
                 self.discard(spec, DiscardReason.NOT_CALLED)
 
-    # -- chains: the edit a speculation runs after -----------------------------------------------------
-
-    def _taking_edit(self, call: ParsedCall, exact: str, version: int) -> None:
-        """A mutating call is about to run for real (stale speculations are gone): a chain on exactly it waits
-        for it to land; any other chain is discarded (it runs after another tree)."""
-        for spec in list(self.specs.values()):
-            edit = spec.after
-            if edit is None or not edit.pending:
-                continue
-            if edit.exact != exact or spec.version != version:
-                self.discard(spec, DiscardReason.EDIT_FIRST, name=call.name)
-            else:
-                edit.call_id = call.call_id
-
     def landed(self, call: ParsedCall, observation: Observation) -> None:
         """A mutating call ended (ran, or was refused): a chain on it goes on at the new version if the edit
-        succeeded and left the tree as its overlay holds it; else it is discarded."""
-        exact = self.exact_of(call)
-        for spec in list(self.specs.values()):
-            edit = spec.after
-            if edit is None or not edit.pending or (edit.call_id != call.call_id and edit.exact != exact):
-                continue
-            if observation.is_error:
-                self.discard(spec, DiscardReason.EDIT_FAILED, name=call.name,
-                              detail=observation.text.split("\n", 1)[0])
-            elif edit.call_id != call.call_id:  # it ran without being taken: never seen, never served
-                self.discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail="not taken")
-            elif (why := chain.differs(edit, self.workspace.root)) is not None:  # checked again when served
-                self.discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail=why)
-            else:
-                edit.landed, spec.version = True, self.workspace.version
+        succeeded and left the tree as its overlay holds it; else it is discarded (running/landing.py)."""
+        landing.landed(self, call, observation)
 
     def discard_all(self, reason: DiscardReason, **details: object) -> None:
         """Throw away every live speculation (the workspace is about to change, or the session ends)."""
