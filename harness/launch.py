@@ -27,7 +27,7 @@ from harness.speculation.prediction.past import PAST_SECONDS, past_sessions
 from harness.speculation.prediction.pattern_model import PatternModel, installed_model
 from harness.speculation.prediction.patterns import Analyzer
 from harness.speculation.prediction.training import adapt
-from harness.speculation.running.scheduler import Budget
+from harness.speculation.running.records import Budget
 from harness.paths import state_dir
 from sandbox import Workspace
 from tools import default_tools

@@ -5,44 +5,46 @@ human log, the TUI. The work on a message ends when the model calls finish, a li
 engine fails or the user interrupts; an interactive session then waits for the user's next message,
 a headless one ends. The last event, session_end, says how, and carries the workspace's diff as the
 submission. A saved session goes on from its trajectory (`restore`).
+
+The loop is here; `Session` inherits its other parts, which share its state: harness.acting runs and
+answers a turn's calls, harness.speculating is speculation's side of a step (and its switch), and
+harness.between what a session offers around its turns (checkpoints, undo, clear, attachments).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from datetime import datetime, UTC
-from typing import Any, TypeVar
+from typing import Any
 
 from harness import context, protocol, together
-from harness.approval import ApprovalPolicy, request_for
+from harness.acting import Acting
+from harness.approval import ApprovalPolicy
 from harness.between import BetweenTurns
-from harness.engine.api import Chunk, Engine, LLMRequest, Usage, for_session, rename_session
+from harness.engine.api import Engine, LLMRequest, Usage, for_session, rename_session
 from harness.errors import ContextTooLong, EngineError, Finished, Interrupted, LimitExceeded, SessionStop
-from harness.events import (Approval, ContextCompact, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken,
-                            LLMStart, SessionEnd, SessionResume, SessionStart, SpecReady, SpecToggle, ToolCall,
-                            ToolResult, TurnEnd, UserMessage)
+from harness.events import (ContextCompact, Event, FormatError, Interrupt, LLMDelta, LLMEnd, LLMFirstToken, LLMStart,
+                            SessionEnd, SessionResume, SessionStart, TurnEnd, UserMessage)
 from harness.hints import ToolHints
 from harness.history import assistant_message, rebuild
+from harness.speculating import Speculating
 from harness.speculation.running.observation import ObservationSpeculator, Warm
-from harness.speculation.prediction.patterns import Analyzer, Partial
-from harness.speculation.prediction.prefix import args_prefix_of
-from harness.speculation.running.scheduler import Budget, Speculation, SpeculationScheduler, SpecState
+from harness.speculation.prediction.patterns import Analyzer
+from harness.speculation.running.records import Budget
+from harness.speculation.running.scheduler import SpeculationScheduler
 from harness.submission import git_diff
 from harness.vocabulary import DiscardReason, Moment, Status, Traffic
 from sandbox import Workspace
-from tools import run_tool, tool_specs
+from tools import tool_specs
 from tools.base import Effect, Observation, Tool
 
 EventSink = Callable[[Event], None]
-T = TypeVar("T")
 _log = logging.getLogger(__name__)
-PREFIX_CHARS = 8  # first-argument characters after which moment (c) predicts once more
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class Outcome:
     summary: str = ""
 
 
-class Session(BetweenTurns):
+class Session(BetweenTurns, Acting, Speculating):
     """Runs one task against an engine and a set of tools in one workspace."""
 
     def __init__(self, task: str, engine: Engine, workspace: Workspace, tools: list[Tool],
@@ -283,223 +285,7 @@ class Session(BetweenTurns):
         tool = self.tools.get(name)
         return tool.effect if tool is not None else Effect.UNKNOWN
 
-    async def act(self, group: list[together.Entry]) -> list[Observation]:
-        """Run a group of calls authoritatively (one call, or pure calls side by side: harness.together) and
-        feed their observations back to the model in the order it wrote them."""
-        self.workspace.refresh()  # count edits made behind Tao's back before these calls, not during them
-        self.hints.group(len(group) > 1)
-        for call, error in group:
-            if error is None:  # a malformed native call runs nothing; it is only answered
-                self.emit(ToolCall(self.now(), self.steps, call.call_id, call.name, call.arguments,
-                                   self.effect_of(call.name).value))
-                if call.name == "finish":
-                    raise Finished(str(call.arguments.get("summary", "")))
-        ran = await together.all_at_once([self.perform(call, error) for call, error in group])
-        for (call, _), (observation, duration) in zip(group, ran):
-            self.answer(call, observation, duration)
-        return [observation for observation, _ in ran]
-
-    async def perform(self, call: protocol.ParsedCall, error: str | None) -> tuple[Observation, float]:
-        """One call's observation and the seconds it took; it is kept for the call until it is answered."""
-        tool = self.tools.get(call.name)
-        if error is not None:
-            observation, took = Observation(error, is_error=True), 0.0
-        elif tool is None:
-            observation, took = Observation(f"Unknown tool '{protocol.printable(call.name)}'. Available tools: "
-                                            f"{', '.join(sorted(self.tools))}.", is_error=True), 0.0
-        elif (refused := await self.refusal(call, tool)) is not None:
-            observation, took = refused, 0.0  # nothing ran
-        else:
-            observation, took = await self.execute(call, tool)
-        if tool is not None and tool.effect is Effect.MUTATING and (speculation := self.active_speculation):
-            # a speculation chained on this edit goes on at the new version, or is discarded (refused, failed)
-            self.guarded("landing an edit", lambda: speculation.landed(call, observation))
-        self._ran[call.call_id] = (observation, took)
-        return observation, took
-
-    async def execute(self, call: protocol.ParsedCall, tool: Tool) -> tuple[Observation, float]:
-        """The call's observation (a promoted speculation's, or a real run's) and the seconds it took, once any
-        approval was given: the duration its tool_result records and, after a real run, the hints' next estimate."""
-        started = time.monotonic()
-        speculation, promoted = self.active_speculation, None
-        ahead = None if speculation is None else self.guarded(
-            "timing the call", lambda: speculation.head_start(call.name, call.arguments))
-        self.hints.started(call.name, call.arguments, ahead)  # tao serve learns when the session will be back
-        if speculation is not None:
-            try:
-                promoted = await speculation.take(call)
-            except Exception as exc:  # noqa: BLE001 - see speculation_failed
-                self.speculation_failed("taking a result", exc)
-        warm = self.warm_up(call, tool) if promoted is None else None
-        observation = promoted if promoted is not None else await run_tool(tool, call.arguments, self.workspace)
-        if warm is not None and self.observation is not None:
-            self._provisional = await self.observation.settle(warm, observation.text)
-        if tool.effect is Effect.MUTATING:
-            self.workspace.bump()
-        elif tool.effect is Effect.SANDBOXED:
-            self.workspace.refresh()  # a test run may write files; the next results must see a new version
-        took = round(time.monotonic() - started, 6)
-        if promoted is None:  # a promoted call's wait is shortened by its head start: no estimate of a real run
-            self.hints.ran(call.name, call.arguments, took)
-        return observation, took
-
-    def answer(self, call: protocol.ParsedCall, observation: Observation, duration: float) -> None:
-        """Record a call's observation and feed it back to the model."""
-        self.emit(ToolResult(self.now(), self.steps, call.call_id, call.name, observation.text,
-                             observation.is_error, observation.exit_code, observation.truncated_chars,
-                             self.workspace.version, round(duration, 6)))
-        self.messages.append(protocol.result_message(call, observation.text, self.engine.native_tools))
-        self.workspace.note_seen(observation.data.get("path"), observation.data.get("digest"))  # edit_file's ledger
-        self._ran.pop(call.call_id, None)
-        if call in self._open:
-            self._open.remove(call)
-
-    async def refusal(self, call: protocol.ParsedCall, tool: Tool) -> Observation | None:
-        """Ask the approval policy about a shell command or an edit; the observation the model gets if refused."""
-        request = request_for(call.name, call.arguments, tool.effect)
-        if self.approval is None or request is None:
-            return None
-        verdict = await self.approval.decide(request.text, request.edit)
-        if verdict is None:
-            return None
-        self.emit(Approval(self.now(), self.steps, call.call_id, request.text, "allow" if verdict.allow else "deny",
-                           verdict.by, verdict.message))
-        return None if verdict.allow else Observation(verdict.reason, is_error=True)
-
-    async def open_stream(self, request: LLMRequest) -> AsyncIterator[Chunk]:
-        """The engine's answer; a provisional step already started on the right guess is adopted."""
-        provisional, self._provisional = self._provisional, None
-        if provisional is None or self.observation is None:
-            return self.engine.stream(request)
-        if provisional.request.messages == request.messages:
-            return self.observation.adopt(provisional)
-        await self.observation.drop(provisional)  # a second call in the same turn changed the prompt
-        return self.engine.stream(request)
-
-    def warm_up(self, call: protocol.ParsedCall, tool: Tool) -> Warm | None:
-        """Pre-fill the next prompt on the output this call gave last time, while it runs for real."""
-        speculation = self.active_speculation
-        if self.observation is None or speculation is None or tool.effect is not Effect.SANDBOXED:
-            return None
-        predicted = self.guarded("guessing an output", lambda: speculation.last_output(call))
-        if predicted is None:
-            return None
-        messages = [*self.messages, protocol.result_message(call, predicted, self.engine.native_tools)]
-        return self.observation.start(self.steps, call.call_id, predicted, messages,
-                                      tool_specs(list(self.tools.values())), self.config.max_tokens,
-                                      self.prompt_tokens)
-
-    def speculate_early(self, event: protocol.ParseEvent, parser: protocol.CallParser) -> None:
-        """Moments (b) and (c): the reasoning is complete; the call's name and first characters are known."""
-        if self.speculation is None:
-            return
-        match event:
-            case protocol.CallStart(index=index):
-                if index > 0 and self._written is not None:  # a turn of several calls: the first one may start
-                    self.start_written(self._written)
-                self._written = None
-                self.launch(Moment.B, Partial(text=parser.text))
-            case protocol.CallDone(index=index, call=call):
-                self.written_out(index, call, parser)
-            case protocol.CallName(index=index, name=name):
-                if index == 0 and (speculation := self.active_speculation) is not None:
-                    # its place may go to a candidate of this tool
-                    self.guarded("narrowing", lambda: speculation.narrow(name))
-                self.launch(Moment.C, Partial(text=parser.text, name=name))
-            case protocol.CallArgs(index=index, name=name, partial=raw) if index not in self._prefixed:
-                if len(prefix := args_prefix_of(raw)) >= PREFIX_CHARS:
-                    self._prefixed.add(index)
-                    self.launch(Moment.C, Partial(text=parser.text, name=name, args_prefix=prefix))
-
-    def written_out(self, index: int, call: protocol.ParsedCall, parser: protocol.CallParser) -> None:
-        """A call is written out in full while the answer may go on: an edit may start the call predicted after
-        it in an overlay that holds it (a chain); a call of a turn of several may start at once."""
-        if (scheduler := self.active_speculation) is None:
-            return
-        if self.effect_of(call.name) is Effect.MUTATING:
-            self._written = None
-            before = [done for done in parser.calls if done is not call]
-            request = request_for(call.name, call.arguments, Effect.MUTATING)
-            # code a person has not approved yet is not run, even in the sandbox
-            follow = self.approval is None or (request is not None and self.approval.allows_unasked(request.text,
-                                                                                                    request.edit))
-            self.announce(self.guarded("chaining", lambda: scheduler.chain(call, self.steps, before, follow)))
-        elif index == 0:
-            self._written = call  # started only if a second call follows: alone, it ends the answer
-        else:
-            self.start_written(call)
-
-    def start_written(self, call: protocol.ParsedCall) -> None:
-        """Start a call of a turn of several as soon as it is written out, while the answer goes on."""
-        if (speculation := self.active_speculation) is None:
-            return
-        spec = self.guarded("starting a written call", lambda: speculation.start_streamed(call, self.steps))
-        if spec is not None and spec.task is not None:
-            spec.task.add_done_callback(functools.partial(self.ready_when_done, spec))
-
-    @property
-    def active_speculation(self) -> SpeculationScheduler | None:
-        """The scheduler while speculation is on (the user may turn it off and on)."""
-        return self.speculation if self.speculating else None
-
-    def launch(self, moment: Moment, partial: Partial | None = None) -> None:
-        """Start the predicted calls worth it at this moment, and say when each one is ready."""
-        if self.speculation is None:
-            return
-        speculation = self.speculation
-        if not self.speculating:
-            if not self._speculation_broke:  # here no call is waiting on one
-                self.guarded("discarding", lambda: speculation.discard_all(DiscardReason.TURNED_OFF))
-            return
-        for spec in self.guarded("predicting", lambda: speculation.launch(moment, self.steps, partial)) or []:
-            self.announce(spec)
-
-    def announce(self, spec: Speculation | None) -> None:
-        """Say when a speculation just started is ready."""
-        if spec is not None and spec.task is not None:
-            spec.task.add_done_callback(functools.partial(self.ready_when_done, spec))
-
-    def observe_speculation(self, event: Event) -> None:
-        """The first sink: speculation learns from every event (while it works)."""
-        if self.speculation is not None and not self._speculation_broke:
-            self.guarded("learning", lambda: self.speculation.observe(event))  # type: ignore[union-attr]
-
-    def guarded(self, doing: str, work: Callable[[], T]) -> T | None:
-        """Do speculation's part of a step; if it fails, speculation is turned off and the session goes on."""
-        try:
-            return work()
-        except Exception as exc:  # noqa: BLE001 - see speculation_failed
-            self.speculation_failed(doing, exc)
-            return None
-
-    def speculation_failed(self, doing: str, exc: Exception) -> None:
-        """Speculation may only ever cost time: a failure in it (a bug) turns it off for the rest of the session,
-        says so (spec_toggle, and a warning in the log), and the model's calls run for real from then on."""
-        first = not self._speculation_broke
-        self._speculation_broke = True
-        if first:
-            _log.warning("speculation failed while %s (%s: %s); it is off for the rest of this session", doing,
-                         type(exc).__name__, exc, exc_info=_log.isEnabledFor(logging.DEBUG))
-        if self.speculating:
-            self.speculating = False
-            self.emit(SpecToggle(self.now(), self.steps, False))
-        if first and self.speculation is not None:
-            try:
-                self.speculation.discard_all(DiscardReason.BROKEN, detail=type(exc).__name__)
-            except Exception:  # noqa: BLE001 - already broken; what still runs ends with the session
-                pass
-
-    def ready_when_done(self, spec: Speculation, _task: asyncio.Future[Any]) -> None:
-        """A done-callback of a speculation's task: `ready`."""
-        self.ready(spec)
-
-    def ready(self, spec: Speculation) -> None:
-        """A speculation's run ended: say so while its result waits for the model's call."""
-        if spec.state is SpecState.READY:
-            duration = (spec.finished or time.monotonic()) - spec.started
-            self.emit(SpecReady(self.now(), self.steps, spec.spec_id, round(duration, 6)))
-
-    # -- the user's side: follow-ups, interrupts, the speculation switch, resuming ---------------------
+    # -- the user's side: follow-ups, interrupts, resuming (the speculation switch: harness.speculating) -----
 
     def send(self, text: str) -> None:
         """Queue a follow-up message; it is taken up when the current work ends."""
@@ -517,15 +303,6 @@ class Session(BetweenTurns):
         if self.inbox is not None:
             self.inbox.put_nowait(None)
         self.interrupt()
-
-    def set_speculation(self, enabled: bool) -> bool:
-        """Turn speculation on or off from the next moment on; False when this session has no analyzer."""
-        if self.speculation is None or self._speculation_broke:
-            return False
-        if enabled != self.speculating:
-            self.speculating = enabled
-            self.emit(SpecToggle(self.now(), self.steps, enabled))
-        return True
 
     def restore(self, events: list[Event]) -> None:
         """Go on from a saved session: messages, steps and clock rebuilt from its trajectory's events."""

@@ -22,7 +22,7 @@ from harness.engine.recorded import Recording, ReplayEngine, Turn
 from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart, SpecLaunch, SpecObsSettle,
                             SpecObsWarm, SpecPromote, SpecSummary, ToolCall, ToolResult, comparable)
 from harness.session import Session
-from harness.speculation.running.scheduler import Budget
+from harness.speculation.running.records import Budget
 from sandbox import Workspace
 from tests.helpers import make_calc_repo
 from tools import default_tools

@@ -21,7 +21,7 @@ from harness.session import Session, SessionConfig
 from harness.speculation.prediction.pattern_model import PatternModel
 from harness.speculation.running.observation import WARM_CHUNK_TOKENS, WARM_PRIORITY, ObservationSpeculator
 from harness.speculation.prediction.patterns import Analyzer
-from harness.speculation.running.scheduler import Budget
+from harness.speculation.running.records import Budget
 from sandbox import Workspace
 from tests.helpers import make_calc_repo
 from tools import default_tools, tool_specs

@@ -175,7 +175,7 @@ def test_tao_ships_a_learned_model_and_a_users_own_comes_first(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.launch import load_patterns
     from harness.speculation.prediction.pattern_model import SHIPPED_MODEL, default_model_path
-    from harness.speculation.running.scheduler import Budget
+    from harness.speculation.running.records import Budget
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     shipped = load_patterns(None)

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from harness.events import SpecDiscard, SpecPromote, SpecSummary, ToolCall, ToolResult
 from harness.protocol import ParsedCall
-from harness.speculation.running.scheduler import Budget, SpeculationScheduler
+from harness.speculation.running.records import Budget
+from harness.speculation.running.scheduler import SpeculationScheduler
 from tests.helpers import make_calc_repo
 from tests.test_speculation_scheduler import make, of
 from tools import default_tools, run_tool

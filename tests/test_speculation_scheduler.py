@@ -18,7 +18,8 @@ from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, ToolCall
 from harness.protocol import ParsedCall
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.patterns import Candidate, Partial
-from harness.speculation.running.scheduler import Budget, SpeculationScheduler
+from harness.speculation.running.records import Budget
+from harness.speculation.running.scheduler import SpeculationScheduler
 from sandbox import Workspace
 from tests.helpers import make_calc_repo
 from tools import default_tools, run_tool

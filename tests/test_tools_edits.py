@@ -32,7 +32,7 @@ def ws(tmp_path: Path) -> Workspace:
 
 
 def deliver(workspace: Workspace, obs) -> None:  # type: ignore[no-untyped-def]
-    """What Session.answer does with an observation the model is shown."""
+    """What Session.answer (harness.acting) does with an observation the model is shown."""
     workspace.note_seen(obs.data.get("path"), obs.data.get("digest"))
 
 

@@ -51,7 +51,8 @@ from harness.events import (Event, LLMEnd, LLMFirstToken, LLMStart, SessionStart
                             SpecPromote, ToolCall, ToolResult, comparable)
 from harness.launch import SessionOptions, open_session
 from harness.session import Session, SessionConfig
-from harness.speculation.running.scheduler import Budget, LastRun
+from harness.speculation.running.records import Budget
+from harness.speculation.running.last_run import LastRun
 from harness.vocabulary import Status
 from sandbox import Workspace
 
@@ -75,7 +76,7 @@ def order(modes: list[str], rep: int, index: int) -> list[str]:
 def after_tool_steps(events: list[Event]) -> list[dict[str, Any]]:
     """Each model turn that follows a tool call: its timing, cache use and the guess on that tool's output.
 
-    The guess is derived as the session derives it (harness.session.warm_up and `LastRun.guess`, which
+    The guess is derived as the session derives it (harness.speculating.warm_up and `LastRun.guess`, which
     the scheduler's `last_output` uses): a sandboxed call, not promoted, whose same call ran before (and
     did not fail, if the tree changed since); `matched` when its output equals the last one. In warming
     runs, `settled` is what the spec_obs_settle event said.

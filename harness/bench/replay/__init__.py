@@ -28,7 +28,7 @@ from harness.bench.timeline import Plan, Timeline, simulate
 from harness.speculation.prediction.pattern_model import PatternModel
 from harness.speculation.prediction.patterns import ONLINE_RATE, Analyzer
 from harness.speculation.prediction.training import learn
-from harness.speculation.running.scheduler import Budget
+from harness.speculation.running.records import Budget
 from harness.traces import ImportReport
 
 PREFILL_TPS = 5_000.0  # prompt tokens a second (the figure; the GPU profile of harness.engine.sim: ~9.7k)

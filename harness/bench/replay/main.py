@@ -11,7 +11,7 @@ from typing import Any
 from harness.bench import dump
 from harness.bench.report import Report, Table
 from harness.errors import UsageError
-from harness.speculation.running.scheduler import Budget
+from harness.speculation.running.records import Budget
 
 RUN_LABELS = {"baseline": "serial", "tao": "Tao", "paste": "patterns (a) only", "spork": "streamed (b,c) only",
               "aospec": "observations only", "chain": "past an edit only", "oracle": "oracle",

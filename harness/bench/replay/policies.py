@@ -46,7 +46,7 @@ from harness.calls.action import TEST, changes_workspace
 from harness.speculation.prediction.patterns import Candidate
 from harness.speculation.prediction.prefix import agrees, first_value
 from harness.speculation.prediction.rehearsal import PREFIX_CHARS
-from harness.speculation.running.scheduler import Budget
+from harness.speculation.running.records import Budget
 from tools.base import Effect
 from tools.masking import mask_run
 

@@ -15,27 +15,31 @@ another world than a real run would (its overlay's taints, hard-linked files): i
 applied to the real tree just as the real run would have made them. The repeat cache answers a call again
 only for pure tools, whose output is a function of the workspace. Whatever the real call does not use is
 discarded at once. A file edit the model has streamed in full may be applied in an overlay for the call
-predicted after it (`chain`; the rule is in running/chain.py); calls the model has written out are started
-by running/written.py. The scheduler decides and keeps books; the tools themselves do the running.
+predicted after it (`chain`). The scheduler decides and keeps books; the tools themselves do the running.
+
+Where the rest lives, in running/: the rule of chains in chain.py; the launches of calls the model has
+written out (chains among them) in written.py; the take side of chains (their edit taken, then landed) in
+landing.py; the records (a speculation, the budget, each kind's hits and waste) in records.py; a call's
+last real run, the guess of its next output, in last_run.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from harness.events import Event, SpecDiscard, SpecLaunch, SpecPromote, SpecSummary, ToolCall, ToolResult
 from harness.protocol import ParsedCall
 from harness.calls.canonical import canonical
 from harness.speculation.prediction.patterns import Analyzer, Candidate, Partial
-from harness.speculation.running import chain, written
+from harness.speculation.running import chain, landing, records, written
 from harness.speculation.running.chain import Edit
+from harness.speculation.running.last_run import LastRun
 from harness.speculation.running.promotion import Rendered, exact_call, kept_file, validated, vet, whole_read
+from harness.speculation.running.records import Budget, KindStats, Speculation
 from harness.vocabulary import DiscardReason, Moment, SpecState
 from sandbox import Workspace
 from sandbox.overlay import Overlay
@@ -43,7 +47,6 @@ from sandbox.promote import PromotionRefused, apply_changes
 from tools import run_tool
 from tools.base import Effect, Observation, Tool
 from tools.reading import ReadFile
-from tools.textfile import TextFile
 
 _log = logging.getLogger(__name__)
 
@@ -52,94 +55,9 @@ class Unconfined(RuntimeError):
     """The sandbox cannot keep a speculative run off the real system on this machine."""
 
 
-@dataclass(frozen=True)
-class LastRun:
-    """A call's last real run, at whatever version: the guess of its output the next time it runs."""
-
-    tool: str
-    output: str
-    failed: bool
-    version: int  # the workspace version after it ran
-
-    @classmethod
-    def of(cls, tool: str, result: ToolResult) -> LastRun:
-        return cls(tool, result.output, result.is_error or result.exit_code not in (None, 0), result.workspace_version)
-
-    def guess(self, tool: str, version: int) -> str | None:
-        """The output, as a guess of the same call run at `version`, where it is a fair one.
-
-        A run that failed is no guess once the tree has changed since: an edit after a failing test run is
-        meant to change its output, and a wrong guess costs the engine a prefill the real step waits behind.
-        """
-        if tool != self.tool or (self.failed and version != self.version):
-            return None
-        return self.output
-
-
-@dataclass(frozen=True)
-class Budget:
-    """How much speculative work may run at once, and what is worth starting."""
-
-    k: int = 3
-    """Candidates considered at each moment."""
-    max_running: int = 4
-    """Speculations running at once, all effects together."""
-    max_sandboxed: int = max(1, (os.cpu_count() or 2) // 2)
-    """Overlay runs (whole test suites, scripts) at once: they compete with the engine for CPU."""
-    min_utility: float = 0.0
-    """Expected seconds saved, net of cost, below which a candidate is not started."""
-    min_probability: float = 0.05
-    """Candidates less likely than this are not started however much they would save."""
-
-
-@dataclass
-class Speculation:
-    """One speculative run and what became of it."""
-
-    spec_id: str
-    candidate: Candidate
-    key: str  # canonical: one speculation per predicted effect
-    exact: str  # what a real call must be to be answered by it (see `exact_call`)
-    version: int
-    started: float
-    task: asyncio.Task[Observation] | None = None
-    overlay: Overlay | None = None
-    file: TextFile | None = None  # a speculated whole-file read keeps the file to serve ranges from
-    state: SpecState = SpecState.RUNNING
-    finished: float | None = None
-    after: Edit | None = None  # a chain: the streamed edit applied in its overlay first (running/chain.py)
-
-    @property
-    def servable(self) -> bool:
-        """Whether a real call may be answered by it: not while the edit it runs after has not landed."""
-        return self.after is None or not self.after.pending
-
-
-@dataclass
-class KindStats:
-    """Hits and waste of one kind of call in this session, for adaptive control."""
-
-    launched: int = 0
-    promoted: int = 0
-    saved: float = 0.0
-    wasted: float = 0.0
-    paused_until: int = 0  # step number until which this kind is not speculated
-
-    def to_dict(self) -> dict[str, float]:
-        return {"launched": self.launched, "promoted": self.promoted, "saved": round(self.saved, 3),
-                "wasted": round(self.wasted, 3)}
-
-
 BOOST_EVERY = 0.25  # seconds between boosts of a speculation the real call waits on
 PAUSE_AFTER = 6  # launches of a kind before its hits are judged
 PAUSE_STEPS = 5  # steps a kind that does not pay stays paused before it is tried again
-
-
-def _cost(spec: Speculation) -> float:
-    """What a speculation has used: the CPU seconds of an overlay run (a niced run the engine starves costs
-    next to nothing, however long it waited), the seconds a pure one ran (brief, and not niced)."""
-    cpu = spec.overlay.cpu_seconds() if spec.overlay is not None else None
-    return cpu if cpu is not None else (spec.finished or time.monotonic()) - spec.started
 
 
 def _retrieve(task: asyncio.Task[Observation]) -> None:
@@ -352,7 +270,7 @@ class SpeculationScheduler:
             return None
         exact = exact_call(call.name, args)
         if tool.effect is Effect.MUTATING:
-            self._taking_edit(call, exact, version)
+            landing.taking(self, call, exact, version)
         try:
             return await self._serve(call, tool, args, version, arrived)
         finally:
@@ -483,37 +401,10 @@ class SpeculationScheduler:
             if spec is not kept and spec.exact not in self._expected:
                 self.discard(spec, DiscardReason.NOT_CALLED)
 
-    # -- chains: the edit a speculation runs after -----------------------------------------------------
-
-    def _taking_edit(self, call: ParsedCall, exact: str, version: int) -> None:
-        """A mutating call is about to run for real (stale speculations are gone): a chain on exactly it waits
-        for it to land; any other chain is discarded (it runs after another tree)."""
-        for spec in list(self.specs.values()):
-            edit = spec.after
-            if edit is None or not edit.pending:
-                continue
-            if edit.exact != exact or spec.version != version:
-                self.discard(spec, DiscardReason.EDIT_FIRST, name=call.name)
-            else:
-                edit.call_id = call.call_id
-
     def landed(self, call: ParsedCall, observation: Observation) -> None:
         """A mutating call ended (ran, or was refused): a chain on it goes on at the new version if the edit
-        succeeded and left the tree as its overlay holds it; else it is discarded."""
-        exact = self.exact_of(call)
-        for spec in list(self.specs.values()):
-            edit = spec.after
-            if edit is None or not edit.pending or (edit.call_id != call.call_id and edit.exact != exact):
-                continue
-            if observation.is_error:
-                self.discard(spec, DiscardReason.EDIT_FAILED, name=call.name,
-                              detail=observation.text.split("\n", 1)[0])
-            elif edit.call_id != call.call_id:  # it ran without being taken: never seen, never served
-                self.discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail="not taken")
-            elif (why := chain.differs(edit, self.workspace.root)) is not None:  # checked again when served
-                self.discard(spec, DiscardReason.EDIT_DIFFERED, name=call.name, detail=why)
-            else:
-                edit.landed, spec.version = True, self.workspace.version
+        succeeded and left the tree as its overlay holds it; else it is discarded (running/landing.py)."""
+        landing.landed(self, call, observation)
 
     def discard_all(self, reason: DiscardReason, **details: object) -> None:
         """Throw away every live speculation (the workspace is about to change, or the session ends)."""
@@ -524,7 +415,7 @@ class SpeculationScheduler:
         """Throw one speculation away and say why (`details` fill in the reason's text)."""
         if spec.state >= SpecState.PROMOTED:
             return
-        cost = _cost(spec)  # read before the kill
+        cost = records.cost(spec)  # read before the kill
         tainted = reason is DiscardReason.TAINTED  # its run may have seen another world
         spec.state = SpecState.TAINTED if tainted else SpecState.DISCARDED
         self.specs.pop(spec.key, None)

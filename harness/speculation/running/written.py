@@ -20,7 +20,8 @@ from harness.vocabulary import DiscardReason, Moment
 from tools.base import Effect
 
 if TYPE_CHECKING:
-    from harness.speculation.running.scheduler import Speculation, SpeculationScheduler
+    from harness.speculation.running.records import Speculation
+    from harness.speculation.running.scheduler import SpeculationScheduler
 
 STREAMED = "streamed"
 """The kind of a speculation that is a call the model has already written (`start_streamed`), not a guess."""
