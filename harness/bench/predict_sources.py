@@ -4,8 +4,10 @@ An upper bound measured before building rules: each call is put in the first of 
 (canonical keys, paths relative to the session's working directory, as the analyzer compares them):
 a repeat of an earlier call of the session; a whole-file read of a path named earlier (in an output or
 a call); a range view of such a path (exact only if its range is guessed); a git command; a test or
-build run; anything else (new text). With `candidates`, also the share of calls that are among all the
-analyzer's candidates at (a), whatever their rank: what any ranking of today's rules could reach.
+build run; anything else (new text). "Earlier" is what the model knew at (a), its turn's start: the
+calls and results of earlier turns, not those of the call's own turn (harness.speculation.prediction.turns).
+With `candidates`, also the share of calls that are among all the analyzer's candidates at (a),
+whatever their rank: what any ranking of today's rules could reach.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from harness.events import SessionStart, ToolCall, ToolResult
 from harness.speculation.prediction.pattern_model import PatternModel
 from harness.speculation.prediction.patterns import Analyzer
 from harness.speculation.prediction.rehearsal import replay
+from harness.speculation.prediction.turns import in_turn_order
 from harness.traces import Imported
 
 GROUPS = ("repeat", "read_named", "view_named", "git", "test", "new")
@@ -43,8 +46,13 @@ def sources(sessions: list[Imported]) -> dict[str, Any]:
     kinds: dict[str, Counter[str]] = {}
     total = 0
     for session in sessions:
-        root, earlier, named = "", set[str](), []
-        for event in session.events:
+        root, earlier, named = "", set[str](), list[str]()
+        turn: list[tuple[int, str, str]] = []  # the calls of the turn so far (step, key, arguments): not known at (a)
+        for event in in_turn_order(session.events):  # a turn's results come after all its calls
+            if turn and not (isinstance(event, ToolCall) and event.step == turn[0][0]):
+                earlier.update(key for _, key, _ in turn)
+                named.extend(arguments for _, _, arguments in turn)
+                turn = []
             if isinstance(event, SessionStart):
                 root = event.repo
             elif isinstance(event, ToolResult):
@@ -55,8 +63,7 @@ def sources(sessions: list[Imported]) -> dict[str, Any]:
                 counts[name] += 1
                 kinds.setdefault(action.kind, Counter())[name] += 1
                 total += 1
-                earlier.add(action.key)
-                named.append(str(event.arguments))
+                turn.append((event.step, action.key, str(event.arguments)))
     share = {name: round(counts[name] / total, 4) if total else 0.0 for name in GROUPS}
     return {"calls": total, "share": share,
             "by_kind": {kind: dict(c) for kind, c in sorted(kinds.items(), key=lambda item: -sum(item[1].values()))}}

@@ -5,10 +5,11 @@ Token counts: a step's output tokens are the recorded ones where the trace has t
 length / CHARS_PER_TOKEN. Its new prompt tokens are those of what came back since the last model call
 (observations, format errors; the first call: the agent's instructions and the task): the previous
 prompt and answer are in the prefix cache. Tool seconds come from `tool_seconds` (harness.bench.replay.tool_times).
-The analyzer's decisions are made by harness.speculation.prediction.rehearsal, which never looks ahead;
-right after an edit or a write has streamed (its result not yet known) it is also asked for the call that
-follows (`CallInfo.chained`). A call has fully streamed where its first argument ends in the answer's
-text (hidden thinking first), or else at the answer's end.
+The analyzer's decisions are made by harness.speculation.prediction.rehearsal, which never looks ahead,
+nor at a result of the call's own turn; right after an edit or a write has streamed (its result, and those
+of the turn's calls before it, not yet known) it is also asked for the call that follows
+(`CallInfo.chained`). A call has fully streamed where its first argument ends in the answer's text
+(hidden thinking first), or else at the answer's end.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ from harness.speculation.prediction.ranker import Ranker
 from harness.speculation.prediction.latency import modelled_latency
 from harness.speculation.prediction.state import derivable, file_in_hand, output_signal, split_test
 from harness.speculation.prediction.testruns import is_dotted, template
+from harness.speculation.prediction.turns import in_turn_order
 
 MODEL_VERSION = 1
 _HABIT_SHARE = 0.04  # a call is a habit when at least this share of sessions makes it
@@ -153,9 +154,9 @@ def _count_session(model: PatternModel, events: list[Event], offsets: Counter[tu
     """Count one session into the model; returns the keys it called (for habits)."""
     root, text, keys = "", "", set()
     history: list[tuple[Action, bool | None, str]] = []
-    placed: dict[str, int] = {}  # a call's id -> its place in history (a turn's results may come after all its calls)
+    placed: dict[str, int] = {}  # a call's id -> its place in history (a turn's results come after all its calls)
     last_mentions: list[tuple[str, int | None]] = []
-    for event in events:
+    for event in in_turn_order(events):  # a call's context is what the model knew: not its siblings' results
         if isinstance(event, SessionStart):
             root = event.repo
         elif isinstance(event, LLMEnd):
