@@ -2,8 +2,10 @@
 
     tao bench cosched-plot sim.json embedded.json --out docs/cosched.png
 
-One panel per result file (a full `--json` result, or a `--partial` file: levels only, any modes):
-mean (solid) and p99 (dashed) session time against concurrent sessions, one colour per mode.
+One panel per engine setup: full `--json` results of the same engine, profile (and the pacing set from
+it), workload, cut and KV cache share a panel, their levels joined (so runs made one level at a time draw one curve); a
+`--partial` file (levels only, any modes) has its own. Mean (solid) and p99 (dashed) session time
+against concurrent sessions, one colour per mode.
 Needs matplotlib: the optional `plot` extra (`pip install -e '.[plot]'`); Tao itself does not.
 """
 
@@ -23,6 +25,27 @@ LABELS = {"fcfs": "fcfs, no speculation", "spec": "speculation, no pacing", "cap
           "tao+spec": "tao: pacing + speculation", "cosched": "speculation + co-scheduler"}
 
 
+def setup(config: dict[str, Any]) -> tuple[Any, ...]:
+    """What must agree for two runs to share a panel: all but the levels run and how (caps, repeats, modes).
+    The pacing set from the profile and the workload is part of it, so two calibrations draw two panels."""
+    return (config["engine"], config["profile"], config.get("workload"), config.get("steps"),
+            config.get("holdout"), json.dumps(config.get("pacing"), sort_keys=True))
+
+
+def panels(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One result per engine setup, in first-seen order: levels of runs with the same setup joined.
+
+    Where two runs have the same level, the later file's row stands, so a rerun replaces what it repeats.
+    """
+    merged: dict[Any, dict[str, Any]] = {}
+    for index, result in enumerate(results):
+        key = setup(result["config"]) if result.get("config") else ("partial", index)
+        panel = merged.setdefault(key, {**result, "levels": []})
+        kept = [row for row in panel["levels"] if row["sessions"] not in {r["sessions"] for r in result["levels"]}]
+        panel["levels"] = kept + list(result["levels"])
+    return list(merged.values())
+
+
 def plot(results: list[dict[str, Any]], out: Path) -> None:
     """Draw every result's curves side by side and save them as a PNG."""
     try:
@@ -32,6 +55,7 @@ def plot(results: list[dict[str, Any]], out: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise UsageError("plotting needs matplotlib, an optional extra: pip install -e '.[plot]'") from None
+    results = panels(results)
     cols = len(results) if len(results) <= 3 else 2  # four or more panels go in rows of two
     rows = -(-len(results) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(6.2 * cols, 4.4 * rows), squeeze=False)
@@ -72,9 +96,13 @@ def cmd_plot(args: argparse.Namespace) -> int:
     results = []
     for path in args.results:
         try:
-            results.append(json.loads(Path(path).read_text(encoding="utf-8")))
+            result = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as exc:
             raise UsageError(f"{path}: not a `tao bench cosched --json` result ({exc})") from None
+        if not isinstance(result, dict) or not isinstance(result.get("levels"), list):
+            raise UsageError(f"{path}: not a `tao bench cosched --json` result (no `levels` list); "
+                             "give the file written by --json or --partial")
+        results.append(result)
     plot(results, args.out)
     print(f"wrote {args.out}")
     return 0
@@ -83,6 +111,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 def register(bench_subparsers: Any) -> None:
     """Add `cosched-plot` to `tao bench`."""
     parser = bench_subparsers.add_parser("cosched-plot")
-    parser.add_argument("results", nargs="+", type=Path, help="result files of `tao bench cosched --json`")
+    parser.add_argument("results", nargs="+", type=Path,
+                        help="result files of `tao bench cosched --json`; runs of one engine setup share a panel")
     parser.add_argument("--out", type=Path, default=Path("docs/cosched.png"), help="the PNG (default docs/cosched.png)")
     parser.set_defaults(func=cmd_plot)
