@@ -25,7 +25,7 @@ def means(panel: dict[str, Any]) -> dict[int, float]:
 
 
 def test_levels_of_one_setup_join_and_other_setups_keep_their_own_panel() -> None:
-    real_k2, real_k = run("embedded", 12544, {2: 160.0}), run("embedded", 12544, {4: 75.0})
+    real_k2, real_k = run("embedded", 12544, {2: 160.0}), run("embedded", 12544, {4: 75.0}, "../shared/traces/mini")
     sim = run("sim", 12416, {2: 175.0, 4: 69.0})
     other_workload = run("embedded", 12544, {8: 200.0}, workload="examples/sessions")
     other_calibration = run("sim", 12416, {4: 80.0})

@@ -28,7 +28,8 @@ LABELS = {"fcfs": "fcfs, no speculation", "spec": "speculation, no pacing", "cap
 def setup(config: dict[str, Any]) -> tuple[Any, ...]:
     """What must agree for two runs to share a panel: all but the levels run and how (caps, repeats, modes).
     The pacing set from the profile and the workload is part of it, so two calibrations draw two panels."""
-    return (config["engine"], config["profile"], config.get("workload"), config.get("steps"),
+    workload = Path(config.get("workload") or "examples/sessions").name  # however the run named its path
+    return (config["engine"], config["profile"], workload, config.get("steps"),
             config.get("holdout"), json.dumps(config.get("pacing"), sort_keys=True))
 
 
