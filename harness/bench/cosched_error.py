@@ -23,14 +23,23 @@ ALLOWED = 0.20  # the simulator's error issue 24 allows, per mode and level
 MEASURES = ("mean", "p99", "engine_s_per_step")
 
 
-def load(path: Path) -> dict[int, dict[str, Any]]:
-    """A result's modes by level, or a UsageError that says what the file should be."""
+def read(path: Path) -> dict[str, Any]:
+    """A whole `tao bench cosched --json` or `--partial` result, its levels checked, or a UsageError that says
+    what the file should be."""
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
-        return {int(level["sessions"]): level["modes"] for level in result["levels"]}
+        for level in result["levels"]:  # every level names its sessions and its modes
+            if not isinstance(level["modes"], dict):
+                raise TypeError(f"level {int(level['sessions'])}: its modes are not an object")
+        return result
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{path}: not a `tao bench cosched --json` result ({exc}); give the files that "
                          "`tao bench cosched --json` or its --partial wrote") from None
+
+
+def load(path: Path) -> dict[int, dict[str, Any]]:
+    """A result's modes by level."""
+    return {int(level["sessions"]): level["modes"] for level in read(path)["levels"]}
 
 
 def error(real: float | None, sim: float | None) -> float | None:

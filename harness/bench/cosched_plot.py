@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.bench.cosched_error import read
 from harness.errors import UsageError
 
 COLOURS = {"fcfs": "#7f7f7f", "spec": "#1f77b4", "cap": "#2ca02c", "las": "#9467bd", "ttl": "#8c564b",
@@ -42,8 +43,8 @@ def panels(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for index, result in enumerate(results):
         key = setup(result["config"]) if result.get("config") else ("partial", index)
         panel = merged.setdefault(key, {**result, "levels": []})
-        kept = [row for row in panel["levels"] if row["sessions"] not in {r["sessions"] for r in result["levels"]}]
-        panel["levels"] = kept + list(result["levels"])
+        rerun = {row["sessions"] for row in result["levels"]}
+        panel["levels"] = [row for row in panel["levels"] if row["sessions"] not in rerun] + list(result["levels"])
     return list(merged.values())
 
 
@@ -94,17 +95,7 @@ def plot(results: list[dict[str, Any]], out: Path) -> None:
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
-    results = []
-    for path in args.results:
-        try:
-            result = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UsageError(f"{path}: not a `tao bench cosched --json` result ({exc})") from None
-        if not isinstance(result, dict) or not isinstance(result.get("levels"), list):
-            raise UsageError(f"{path}: not a `tao bench cosched --json` result (no `levels` list); "
-                             "give the file written by --json or --partial")
-        results.append(result)
-    plot(results, args.out)
+    plot([read(path) for path in args.results], args.out)
     print(f"wrote {args.out}")
     return 0
 
