@@ -99,3 +99,39 @@ def test_the_call_after_an_edit_is_not_served_when_it_differs() -> None:
     line = simulate(trace.steps, chain, TPOT, TPS, TAKE)
     assert line.wasted > 0
     assert line.total <= total(trace, "baseline") + line.overhead + 1e-9
+
+
+def test_a_speculation_kept_from_an_earlier_step_runs_from_that_step() -> None:
+    # step 0 ends its answer at 2.0 s and its read at 2.5 s; step 1's answer ends at 4.5 s and asks for a 3 s test
+    steps = [Step(1000, 100, 50, 10, (0.5,)), Step(1000, 100, 50, 10, (3.0,))]
+    assert simulate(steps, [Plan(), Plan((Launch("a", step=0),))], TPOT, TPS).total == pytest.approx(4.5)
+    assert simulate(steps, [Plan(), Plan((Launch("a"),))], TPOT, TPS).total == pytest.approx(5.5)
+    assert simulate(steps, [Plan(), Plan()], TPOT, TPS).total == pytest.approx(7.5)
+
+
+def test_a_guess_that_was_not_the_call_serves_a_later_one() -> None:
+    trace = traced("kept", [("cat src/a.py", "foo = 1\n", 0.05), TEST])
+    tao, tally = plans(trace, "tao")
+    assert tao[0].launches[0].at is None  # the read was not the guessed test run ...
+    served = tao[1].launches[0]
+    assert served.at in ("a", "b", "c") and served.step == 0 and tally.kept == 1  # ... which ran on, for the next
+    assert not tao[1].misses
+    assert total(trace, "tao", TAKE) < total(trace, "baseline")
+
+
+def test_a_chain_outlives_a_read_and_serves_the_test_after_it() -> None:
+    trace = traced("after-read", [EDIT, ("cat src/a.py", "foo = 2\n", 0.05), TEST])
+    chain, tally = plans(trace, "chain")
+    assert chain[1].launches[0].at is None
+    assert chain[2].launches[0] == Launch("m", OVERLAY_CREATE, SANDBOX_RUN, after=(0, 0), apply=EDIT[2])
+    assert tally.served == 1 and not any(plan.misses for plan in chain)
+
+
+def test_nothing_outlives_a_call_that_may_change_the_tree() -> None:
+    trace = traced("after-rm", [EDIT, ("rm -rf build", "", 0.05), TEST])
+    chain, tally = plans(trace, "chain")
+    assert tally.served == 0
+    [miss] = chain[1].misses  # the chain on the edit went with the shell command
+    assert miss.at == "m" and miss.after == (0, 0)
+    tao, _ = plans(trace, "tao")
+    assert tao[2].launches[0].at in ("a", "b", "c") and tao[2].launches[0].step == -1  # started at its own step

@@ -180,11 +180,11 @@ async def test_no_chain_runs_an_edit_a_person_has_not_approved(tmp_path: Path) -
         assert b"return a - b" in real["calc/ops.py"] and real["report.txt"] == b"add(2, 3) = -1\n"
 
 
-async def test_a_chain_is_discarded_when_the_next_call_is_another(tmp_path: Path) -> None:
+async def test_a_chain_whose_call_never_comes_is_discarded_with_its_writes(tmp_path: Path) -> None:
     other = ("run_tests", {"command": "python -m pytest -q tests/test_ops.py"})
     on, real = await both(tmp_path, fix_then(other))
-    [discarded] = ends(on, chained(on).spec_id)
-    assert isinstance(discarded, SpecDiscard) and discarded.reason == "not the model's call"
+    [discarded] = ends(on, chained(on).spec_id)  # kept past the test run for a later call, which never came
+    assert isinstance(discarded, SpecDiscard)
     assert real["report.txt"] == b"add(2, 3) = -1\n"  # the follower wrote 5 in its overlay only
 
 

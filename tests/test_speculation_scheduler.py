@@ -71,12 +71,58 @@ async def test_an_exact_match_is_promoted_with_the_real_result(tmp_path: Path) -
     scheduler, events = make(repo, ("grep", {"pattern": "def "}), ("read_file", {"path": "calc/ops.py"}))
     scheduler.launch("a", 1)
     observation = await scheduler.take(ParsedCall("c1", "grep", {"pattern": "def "}))
+    [kept] = scheduler.specs.values()  # a read changes nothing: the other guess may serve a later call
     await scheduler.close()
     assert observation is not None and observation.text == await authoritative(repo, "grep", {"pattern": "def "})
     [promote] = of(events, SpecPromote)
     assert promote.call_id == "c1"
-    [discard] = [d for d in of(events, SpecDiscard) if d.reason == "not the model's call"]
-    assert discard.spec_id != promote.spec_id
+    assert kept.candidate.name == "read_file" and kept.spec_id != promote.spec_id
+    [discard] = of(events, SpecDiscard)
+    assert discard.spec_id == kept.spec_id and discard.reason == "the session ended"
+
+
+async def test_a_guess_kept_past_a_read_answers_the_next_call(tmp_path: Path) -> None:
+    """A test run guessed at a step whose call was a read still answers the test run asked for a step later."""
+    repo = make_calc_repo(tmp_path)
+    command = "python -m pytest -q"
+    scheduler, events = make(repo, ("run_tests", {"command": command}), ("read_file", {"path": "calc/ops.py"}))
+    scheduler.launch("a", 1)
+    read = await scheduler.take(ParsedCall("c1", "read_file", {"path": "calc/ops.py"}))
+    scheduler.launch("a", 2)  # the run is already going: not started twice
+    run = await scheduler.take(ParsedCall("c2", "run_tests", {"command": command}))
+    await scheduler.close()
+    assert read is not None and run is not None and "1 failed, 2 passed" in run.text
+    assert run.text == await authoritative(repo, "run_tests", {"command": command})
+    launches = of(events, SpecLaunch)
+    assert [p.call_id for p in of(events, SpecPromote)] == ["c1", "c2"]
+    assert [launch.name for launch in launches].count("run_tests") == 1
+    assert of(events, SpecPromote)[1].spec_id == launches[0].spec_id  # the run started at step 1
+
+
+async def test_a_kept_guess_goes_when_the_tree_changes(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    scheduler, events = make(repo, ("grep", {"pattern": "return"}), ("read_file", {"path": "calc/ops.py"}))
+    scheduler.launch("a", 1)
+    await scheduler.take(ParsedCall("c1", "read_file", {"path": "calc/ops.py"}))
+    (repo / "calc" / "extra.py").write_text("return 1\n")  # as the real run of the next call might
+    assert await scheduler.take(ParsedCall("c2", "grep", {"pattern": "return"})) is None
+    await scheduler.close()
+    [discard] = of(events, SpecDiscard)
+    assert discard.reason == "the workspace changed (version 0 -> 1)"
+
+
+async def test_guesses_are_kept_only_up_to_the_running_budget(tmp_path: Path) -> None:
+    repo = make_calc_repo(tmp_path)
+    reads = [("read_file", {"path": path}) for path in ("README.md", "calc/ops.py", "calc/__init__.py")]
+    scheduler, events = make(repo, ("grep", {"pattern": "def "}), *reads, budget=Budget(k=4, max_running=2))
+    scheduler.launch("a", 1)  # two start: the budget's places
+    await scheduler.take(ParsedCall("c1", "list_files", {}))
+    scheduler.launch("a", 2)  # reads kept from step 1 hold no place at step 2: two more start
+    await scheduler.take(ParsedCall("c2", "list_files", {}))
+    await scheduler.close()
+    launched = [launch.spec_id for launch in of(events, SpecLaunch)]
+    discarded = [d.spec_id for d in of(events, SpecDiscard) if d.reason == "not the model's call"]
+    assert len(launched) == 4 and discarded == launched[:2]  # the oldest go, the newest two are kept
 
 
 async def test_a_line_range_is_served_from_a_speculated_whole_read(tmp_path: Path) -> None:
@@ -129,10 +175,11 @@ async def test_unmatched_speculations_are_killed_at_once(tmp_path: Path) -> None
         await asyncio.sleep(0.05)
     else:
         pytest.fail("the speculative command never started")
-    await scheduler.take(ParsedCall("c1", "list_files", {}))
-    await scheduler.close()
+    # an edit will change the tree: nothing guessed before it can serve a later call
+    await scheduler.take(ParsedCall("c1", "edit_file", {"path": "calc/ops.py", "old": "a - b", "new": "a + b"}))
+    await scheduler.close()  # waits for the kill to be reaped
     assert subprocess.run(["pgrep", "-f", marker], capture_output=True).returncode == 1
-    assert of(events, SpecDiscard)[0].reason == "not the model's call"
+    assert of(events, SpecDiscard)[0].reason == "not the model's call"  # at the take, not at the end
 
 
 async def test_mutating_calls_are_never_speculated(tmp_path: Path) -> None:
@@ -168,6 +215,7 @@ async def test_a_kind_that_never_pays_is_paused(tmp_path: Path) -> None:
         scheduler.launch("a", step)
         await asyncio.sleep(0.05)
         await scheduler.take(ParsedCall(f"c{step}", "read_file", {"path": "README.md"}))
+        (repo / f"note{step}.txt").write_text("x")  # the tree changes each step: no guess outlives it
     await scheduler.close()
     launched = len(of(events, SpecLaunch))
     assert 6 <= launched < 9  # judged after six wasted launches, then paused for a while

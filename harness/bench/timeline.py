@@ -74,6 +74,9 @@ class Launch:
     """At (m): seconds applying that mutation (and any before it in its turn) in the overlay takes first."""
     sooner: str = ""
     """At (m): a moment of the call's own step to start at instead when it comes first (the oracle's (o))."""
+    step: int = -1
+    """At (a), (b), (c): the step whose moment it is, for a speculation kept from an earlier step (-1: the
+    call's own)."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class Miss:
     """Moment it was discarded at, when before the model's call ended (a later moment ruled it out)."""
     after: tuple[int, int] | None = None
     """At (m): the (step, call) whose full streaming started it."""
+    step: int = -1
+    """At (a), (b), (c): the step it started in, when an earlier one than the step it is discarded at."""
 
 
 @dataclass(frozen=True)
@@ -149,12 +154,14 @@ def simulate(steps: list[Step], plans: list[Plan], tpot: float, prefill_tps: flo
     line = Timeline()
     t, hidden = 0.0, 0.0
     done: dict[tuple[int, int], float] = {}  # (step, call) -> when its arguments had fully streamed
+    past: list[dict[str, float]] = []  # every step's moments so far
     for index, step in enumerate(steps):
         plan = plans[index] if index < len(plans) else Plan()
         start = t
         prefill = max(0.0, step.prefill_tokens / prefill_tps - hidden)
         b = start + prefill + step.reason_tokens * tpot
         moments = {"a": start, "o": start, "b": b, "c": b + step.call_tokens * tpot}
+        past.append(moments)
         end = start + prefill + step.output_tokens * tpot
         for i in range(len(step.calls)):
             tokens = step.done_tokens[i] if i < len(step.done_tokens) else step.output_tokens
@@ -165,12 +172,14 @@ def simulate(steps: list[Step], plans: list[Plan], tpot: float, prefill_tps: flo
             for i in run:
                 launch = plan.launches[i] if i < len(plan.launches) else Launch()
                 cost = 0.0 if launch.at in ("o",) else overhead
-                ready = serve(asked, step.calls[i], launch, moments, cost, done)
+                ready = serve(asked, step.calls[i], launch, past[launch.step] if launch.step >= 0 else moments,
+                              cost, done)
                 line.overhead += cost + (launch.extra + launch.delay if launch.at in ("a", "b", "c", "m") else 0.0)
                 cursor = max(cursor, ready)
         for miss in plan.misses:
             stop = moments[miss.until] if miss.until else end
-            line.wasted += min(miss.seconds, max(0.0, stop - _start(miss.at, miss.after, moments, done))) + miss.fixed
+            began = _start(miss.at, miss.after, past[miss.step] if miss.step >= 0 else moments, done)
+            line.wasted += min(miss.seconds, max(0.0, stop - began)) + miss.fixed
         nxt = steps[index + 1].prefill_tokens / prefill_tps if index + 1 < len(steps) else 0.0
         hidden = nxt if plan.warm == "full" else min(nxt, cursor - end) if plan.warm == "warm" else 0.0
         line.llm += end - start

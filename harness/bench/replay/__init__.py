@@ -128,7 +128,8 @@ def accuracy(prepared: list[Prepared]) -> dict[str, Any]:
             "later_calls": sum(not c.first for p in prepared for c in p.trace.all_calls()),
             "later_served": sum(p.tallies["tao"].later for p in prepared),
             "warmed": sum(p.tallies["tao"].warmed for p in prepared),
-            "ruled_out_wrongly": sum(p.tallies["tao"].ruled_out_wrongly for p in prepared)}
+            "ruled_out_wrongly": sum(p.tallies["tao"].ruled_out_wrongly for p in prepared),
+            "kept_served": sum(p.tallies["tao"].kept for p in prepared)}
 
 
 def adapted_runs(model: PatternModel, test: list[Any], alone: list[list[Prepared]], history: list[Any],

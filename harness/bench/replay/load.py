@@ -66,6 +66,7 @@ class SimSession:
     prefill: float = 0.0
     moments: dict[str, float] = field(default_factory=dict)
     done: dict[tuple[int, int], float] = field(default_factory=dict)  # (step, call) -> its answer's end
+    past: list[dict[str, float]] = field(default_factory=list)  # the moments of every step answered so far
     finished: float | None = None
 
     @property
@@ -231,9 +232,11 @@ def _finish(s: SimSession, end: float, prefill_tps: float) -> None:
     step, plan = s.steps[s.step], s.plans[s.step] if s.step < len(s.plans) else Plan()
     cursor = end
     s.done.update({(s.step, i): end for i in range(len(step.calls))})  # (m): a call streamed by the answer's end
+    s.past.append(s.moments)
     for i, seconds in enumerate(step.calls):
         launch = plan.launches[i] if i < len(plan.launches) else Launch()
-        cursor = serve(cursor, seconds, launch, s.moments, s.overhead, s.done)
+        moments = s.past[launch.step] if launch.step >= 0 else s.moments
+        cursor = serve(cursor, seconds, launch, moments, s.overhead, s.done)
     s.context += step.output_tokens
     nxt = s.steps[s.step + 1].prefill_tokens / prefill_tps if s.step + 1 < len(s.steps) else 0.0
     s.hidden = min(nxt, cursor - end) if plan.warm == "warm" else 0.0

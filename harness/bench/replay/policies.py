@@ -13,8 +13,15 @@
   before the model's turn ends), the call the analyzer predicts to follow it (`CallInfo.chained`, the
   first it may run by utility: pure or sandboxed) starts in an overlay where that edit (and the turn's
   edits before it) has been applied: at (m), after OVERLAY_CREATE and the edits' own seconds, with the
-  sandbox's run cost. It serves only the next real call, and only if that is exactly the prediction
-  (a recorded edit always lands identically in a replay); otherwise it is a miss.
+  sandbox's run cost. It serves a real call only if that is exactly the prediction (a recorded edit
+  always lands identically in a replay).
+  Kept (Tao's, and the chain's for its own): a speculation that no call of its turn used runs on, for a
+  later call, as long as no call may change the tree (an edit, a shell command, anything that changes
+  the workspace discards it, a miss then); at most the budget's `max_running`, the newest. It serves a
+  later call it holds, from the moment it started (`Launch.step`). It keeps its place in the budget
+  until then when it runs in an overlay (a kept read holds none, as the live scheduler's `admit`
+  counts), whether or not it has ended, which a plan cannot know: so it may block a later launch
+  that the live scheduler would allow. Speculations ruled out at (c) are the call's own, not kept ones.
 - paste: patterns at (a) only. spork: speculation from the streamed answer only, at (b), (c).
   aospec: observation speculation only (every call's last output, whatever its effect). chain: speculation
   past a mutation only, as above.
@@ -72,6 +79,7 @@ class Tally:
     by_moment: dict[str, int] = field(default_factory=dict)
     warmed: int = 0
     launched: int = 0
+    kept: int = 0  # results served by a speculation that outlived an earlier call (a chain's included)
     ruled_out_wrongly: int = 0  # right speculations that a call's name and first characters ruled out
 
 
@@ -96,7 +104,15 @@ class Spec:
 
 SPECS = {"baseline": Spec(), "tao": Spec(("a", "b", "c"), True, "sandboxed", True), "paste": Spec(("a",)),
          "spork": Spec(("b", "c")), "aospec": Spec(warm="any"), "chain": Spec(chain=True)}
-Held = tuple[Candidate, Launch]  # a chained speculation waiting for the next real call
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A speculation that outlived a call it was not (the tree unchanged): it may serve a later call."""
+
+    candidate: Candidate
+    launch: Launch  # how it serves, its moment of the step it started in
+    miss: Miss  # what it wastes if it never serves, counted where it is discarded
 
 
 def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan], Tally]:
@@ -106,12 +122,13 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
     last: dict[str, str] = {}  # key -> its last output
     makers: dict[int, tuple[tuple[int, int], float] | None] = {}  # version -> the call that made it, its seconds
     previous: tuple[tuple[int, int], float] | None = None
-    held: Held | None = None
+    kept: list[Kept] = []
     out = []
     for s, step_calls in enumerate(trace.calls):
         launches, warm = [], ""
         misses: list[Miss] = []
         spares: list[Spare] = []
+        changed = False  # a call of the turn may have changed the tree: nothing of it is kept
         for i, info in enumerate(step_calls):
             tally.calls += 1
             makers.setdefault(info.version, previous)
@@ -120,10 +137,13 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
             if policy == "oracle_mut":
                 launch, missed, spared = _past(info, s, makers[info.version], seen), [], []
             else:
-                launch, missed, spared = _serve(info, policy, seen, tally, budget, trace.root, held)
-            held = None
+                launch, missed, spared = _serve(info, policy, seen, tally, budget, trace.root, kept, s)
             if launch.at is None and not info.first:
                 launch = _spare(info, spares, misses)
+            if launch.at is None and (found := next((k for k in kept if hit(info, [k.candidate])), None)):
+                kept.remove(found)
+                launch = found.launch
+                tally.kept += 1
             launches.append(launch)
             misses.extend(missed)
             spares.extend(spared)
@@ -138,10 +158,34 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
             last[info.action.key] = info.output
             previous = ((s, i), info.seconds)
             if policy in SPECS and SPECS[policy].chain:
-                held = _chain(step_calls[:i + 1], s)
-                tally.launched += held is not None
+                if _may_change(info):
+                    changed = True
+                    misses += [k.miss for k in kept]
+                    kept = []
+                chained = _chain(step_calls[:i + 1], s)
+                if chained is not None:
+                    kept.append(chained)
+                    tally.launched += 1
+        if policy == "tao" and not changed:  # the turn's guesses that no call of it used: kept for a later one
+            for spare in spares:
+                misses.remove(spare.miss)
+                kept.append(Kept(spare.candidate, _of_step(spare.launch, s), replace(spare.miss, step=s)))
+        if s == len(trace.calls) - 1:  # the session ends: what is still kept is discarded
+            kept, misses = [], misses + [k.miss for k in kept]
+        misses += [k.miss for k in kept[:-budget.max_running]]
+        kept = kept[-budget.max_running:]
         out.append(Plan(tuple(launches), "full" if policy == "oracle_obs" else warm, tuple(misses)))
     return out, tally
+
+
+def _may_change(info: CallInfo) -> bool:
+    """Whether a call may change the tree, so that no speculation outlives it (the scheduler's rule)."""
+    return changes_workspace(info.action) or info.action.effect in (Effect.MUTATING, Effect.UNKNOWN)
+
+
+def _of_step(launch: Launch, s: int) -> Launch:
+    """A launch at a moment of step `s`, to serve a call of a later step."""
+    return replace(launch, step=s) if launch.at in ("a", "b", "c") else launch
 
 
 def _past(info: CallInfo, s: int, maker: tuple[tuple[int, int], float] | None, seen: dict[str, int]) -> Launch:
@@ -154,7 +198,7 @@ def _past(info: CallInfo, s: int, maker: tuple[tuple[int, int], float] | None, s
     return Launch("m", after=maker[0] if maker else None, apply=maker[1] if maker else 0.0, sooner="o")
 
 
-def _chain(turn: list[CallInfo], s: int) -> Held | None:
+def _chain(turn: list[CallInfo], s: int) -> Kept | None:
     """The speculation an edit or a write that has just streamed (the turn's last call so far) starts: its
     predicted follower, in an overlay where the turn's changes so far are applied (all of them edits or writes)."""
     info = turn[-1]
@@ -168,7 +212,8 @@ def _chain(turn: list[CallInfo], s: int) -> Held | None:
         return None
     launch = Launch("m", OVERLAY_CREATE, SANDBOX_RUN, after=(s, len(turn) - 1),
                     apply=sum(c.seconds for c in changes))
-    return replace(candidate, effect=Effect.SANDBOXED), launch  # it runs in an overlay whatever its effect
+    candidate = replace(candidate, effect=Effect.SANDBOXED)  # it runs in an overlay whatever its effect
+    return Kept(candidate, launch, Miss("m", candidate.latency_saved, _fixed(candidate), after=launch.after))
 
 
 def _known(info: CallInfo, seen: dict[str, int]) -> bool:
@@ -186,8 +231,9 @@ def _spare(info: CallInfo, spares: list[Spare], misses: list[Miss]) -> Launch:
 
 
 def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budget: Budget,
-           root: str, held: Held | None = None) -> tuple[Launch, list[Miss], list[Spare]]:
-    """How `policy` serves one call; `held` is a chained speculation started for it after an edit."""
+           root: str, kept: list[Kept], s: int) -> tuple[Launch, list[Miss], list[Spare]]:
+    """How `policy` serves one call at step `s`; `kept` are speculations of earlier calls still running (a
+    chain after an edit among them), which a first call's own speculation finds in its places."""
     if policy in ("oracle", "oracle_obs"):
         return (Launch("r") if _known(info, seen) else Launch("o")), [], []
     if policy == "oracle_speculable":
@@ -197,44 +243,33 @@ def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budg
         return (Launch("o") if may else Launch()), [], []
     spec = SPECS[policy]
     if spec.repeats and _known(info, seen):
-        return Launch("r"), _missed(held), []
+        return Launch("r"), [], []
     if spec.moments and info.first and info.decision is not None:
-        return _speculate(info, spec.moments, tally, budget, root, held)
-    if held is not None and held[0].key == info.action.key:
-        return held[1], [], []
-    return Launch(), _missed(held), []
-
-
-def _missed(held: Held | None) -> list[Miss]:
-    """A chained speculation that did not serve: it ran from (m) until the real call came."""
-    if held is None:
-        return []
-    candidate, launch = held
-    return [Miss("m", candidate.latency_saved, _fixed(candidate), after=launch.after)]
+        return _speculate(info, spec.moments, tally, budget, root, kept)
+    return Launch(), [], []
 
 
 def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: Budget,
-               root: str, held: Held | None = None) -> tuple[Launch, list[Miss], list[Spare]]:
+               root: str, kept: list[Kept]) -> tuple[Launch, list[Miss], list[Spare]]:
     """Launch candidates moment by moment as the scheduler admits them; the call's own, if any, serves it.
 
-    A chained speculation started after an edit (`held`) already runs and holds its place; it serves if it
-    is exactly the call. At (c) the call's name and first characters rule out running speculations that
-    cannot be it (the live scheduler's `narrow`), which frees their places for (c)'s candidates."""
+    Speculations kept from earlier calls (a chain after an edit among them) already run and hold their
+    places, whether or not they have ended (which this plan does not know); one serves if it holds the call,
+    and leaves `kept` then. At (c) the call's name and first characters rule out the running speculations of
+    this call that cannot be it (the live scheduler's `narrow`; kept ones wait for a later call), which frees
+    their places for (c)'s candidates."""
     assert info.decision is not None
-    running: list[tuple[str, Candidate]] = []
+    running: list[tuple[str, Candidate]] = [("p", k.candidate) for k in kept]  # p: kept from a past call
     ruled_out: list[tuple[str, Candidate]] = []
-    launched: dict[int, Launch] = {}  # id of a running candidate -> how it would serve a call
+    launched: dict[int, Launch] = {id(k.candidate): k.launch for k in kept}  # id of a candidate -> how it serves
     served: Launch | None = None
     winner: Candidate | None = None
-    if held is not None:
-        running.append(("m", held[0]))
-        launched[id(held[0])] = held[1]
-        if held[0].key == info.action.key:
-            served, winner = held[1], held[0]
+    if (found := next((k for k in kept if hit(info, [k.candidate])), None)) is not None:
+        served, winner = found.launch, found.candidate
     for moment in moments:
         if moment == "c":
             prefix = first_value(info.call.arguments)[:PREFIX_CHARS]
-            out = [(m, c) for m, c in running if not _may_be(c, info.call.name, prefix, root)]
+            out = [(m, c) for m, c in running if m != "p" and not _may_be(c, info.call.name, prefix, root)]
             running = [pair for pair in running if pair not in out]
             ruled_out += out
             if winner is not None and any(c is winner for _, c in out):
@@ -250,8 +285,11 @@ def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: B
             launched[id(candidate)] = Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
             if served is None and hit(info, [candidate]):
                 served, winner = launched[id(candidate)], candidate
+    if winner is not None and (used := next((k for k in kept if k.candidate is winner), None)) is not None:
+        kept.remove(used)
+        tally.kept += 1
     spares = [Spare(c, launched[id(c)], Miss(m, c.latency_saved, _fixed(c), after=launched[id(c)].after))
-              for m, c in running if served is None or c is not winner]
+              for m, c in running if m != "p" and (served is None or c is not winner)]
     misses = [spare.miss for spare in spares]
     misses += [Miss(m, c.latency_saved, _fixed(c), until="c", after=launched[id(c)].after) for m, c in ruled_out]
     return served or Launch(), misses, spares
@@ -269,8 +307,9 @@ def _fixed(candidate: Candidate) -> float:
 
 
 def _admit(candidate: Candidate, running: list[tuple[str, Candidate]], budget: Budget) -> bool:
+    """The live `admit`: a kept read (p) holds no place, a kept overlay run does."""
     if (not runnable(candidate) or any(c.key == candidate.key for _, c in running)
-            or len(running) >= budget.max_running):
+            or sum(m != "p" or c.effect == Effect.SANDBOXED for m, c in running) >= budget.max_running):
         return False
     return (candidate.effect != Effect.SANDBOXED
             or sum(c.effect == Effect.SANDBOXED for _, c in running) < budget.max_sandboxed)

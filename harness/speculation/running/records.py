@@ -47,6 +47,7 @@ class Speculation:
     state: SpecState = SpecState.RUNNING
     finished: float | None = None
     after: Edit | None = None  # a chain: the streamed edit applied in its overlay first (running/chain.py)
+    step: int = 0  # the model step it was started in; a later step's call may still take it (kept)
 
     @property
     def servable(self) -> bool:

@@ -13,8 +13,11 @@ after checking for changes made behind Tao's back; a line range of a speculated 
 by the tool itself from the file it read. A sandboxed run is promoted only if nothing suggests it saw
 another world than a real run would (its overlay's taints, hard-linked files): its file changes are then
 applied to the real tree just as the real run would have made them. The repeat cache answers a call again
-only for pure tools, whose output is a function of the workspace. Whatever the real call does not use is
-discarded at once. A file edit the model has streamed in full may be applied in an overlay for the call
+only for pure tools, whose output is a function of the workspace. What the real call does not use is
+discarded at once when that call may change the tree (an edit, a shell command, a call no tool accepts); after
+a read or a sandboxed run it is kept, still running, for a later call of the model (the newest
+`budget.max_running` of them), since at the same workspace version its result is as valid then as now; a
+change of the tree discards it. A file edit the model has streamed in full may be applied in an overlay for the call
 predicted after it (`chain`). The scheduler decides and keeps books; the tools themselves do the running.
 
 Where the rest lives, in running/: the rule of chains in chain.py; the launches of calls the model has
@@ -150,7 +153,9 @@ class SpeculationScheduler:
             return False
         if self.kinds.get(candidate.kind, KindStats()).paused_until > self.step:
             return False
-        running = [s for s in self.specs.values() if s.state is SpecState.RUNNING]
+        # Kept pure reads of earlier steps are brief and light: they hold no place; overlay runs always do.
+        running = [s for s in self.specs.values() if s.state is SpecState.RUNNING
+                   and (s.step == self.step or self.tools[s.candidate.name].effect is Effect.SANDBOXED)]
         if len(running) >= self.budget.max_running:
             return False
         return tool.effect is not Effect.SANDBOXED or self.overlay_free()
@@ -180,7 +185,8 @@ class SpeculationScheduler:
         """Start one candidate's run (after an edit applied in its overlay, for a chain) and say so."""
         self._count += 1
         spec = Speculation(f"s{self._count}", candidate, candidate.key,
-                           exact_call(candidate.name, candidate.arguments), version, time.monotonic(), after=after)
+                           exact_call(candidate.name, candidate.arguments), version, time.monotonic(), after=after,
+                           step=self.step)
         self.specs[spec.key] = spec
         spec.task = asyncio.create_task(self._run(spec))
         spec.task.add_done_callback(_retrieve)
@@ -244,9 +250,11 @@ class SpeculationScheduler:
     async def take(self, call: ParsedCall) -> Observation | None:
         """The observation of `call` if a speculation has exactly it at the current version; None to run it.
 
-        Every other speculation is discarded and its processes killed, whatever the outcome, but those of the
-        turn's other calls not taken yet (`expect`). Several calls may be taken at once. Never raises
-        (but for cancellation): whatever goes wrong here, the call simply runs for real.
+        When `call` may change the tree (mutating, or no tool takes it), every other speculation is discarded
+        and its processes killed, whatever the outcome, but those of the turn's other calls not taken yet
+        (`expect`) and a chain on this very edit; after a pure or sandboxed call they are kept for a later call
+        (`_discard_unexpected`). Several calls may be taken at once. Never raises (but for cancellation):
+        whatever goes wrong here, the call simply runs for real.
         """
         arrived = time.monotonic()
         try:
@@ -280,8 +288,9 @@ class SpeculationScheduler:
                      arrived: float) -> Observation | None:
         """A validated call's observation from a repeat, an exact speculation or a range of a whole read."""
         exact = exact_call(call.name, args)
+        outlive = tool.effect is not Effect.MUTATING  # the tree stays as it is: what runs may serve a later call
         if tool.effect is Effect.PURE and (repeat := self.repeat(exact, version)) is not None:
-            self._discard_unexpected()
+            self._discard_unexpected(outlive=outlive)
             self._totals["repeats"] += 1
             self.emit(SpecPromote.of_repeat(self.now(), self.step, call.call_id))
             return repeat
@@ -293,7 +302,7 @@ class SpeculationScheduler:
         else:
             spec, observation = await self._slice(call.name, args, version)
             sliced = observation is not None
-        self._discard_unexpected(spec)
+        self._discard_unexpected(spec, outlive)
         if spec is not None and observation is None:
             self.discard(spec, reason, **details)
         if spec is not None and observation is not None:
@@ -380,9 +389,10 @@ class SpeculationScheduler:
                 self.discard(spec, DiscardReason.STALE, was=spec.version, now=version)
 
     def narrow(self, name: str) -> None:
-        """The model has begun a call to `name`: a speculation of another tool cannot be it, so free its place."""
+        """The model has begun a call to `name`: a speculation of another tool, started for this step, cannot be
+        it, so free its place. One kept from an earlier step waits for a later call."""
         for spec in list(self.specs.values()):
-            if spec.candidate.name != name:
+            if spec.candidate.name != name and spec.step == self.step:
                 self.discard(spec, DiscardReason.OTHER_TOOL, name=name)
 
     def head_start(self, name: str, arguments: dict[str, Any]) -> float | None:
@@ -392,14 +402,25 @@ class SpeculationScheduler:
         spec = next((s for s in self.specs.values() if s.exact == exact and s.servable), None)
         return None if spec is None else (spec.finished or time.monotonic()) - spec.started
 
-    def _discard_unexpected(self, kept: Speculation | None = None) -> None:
-        """Discard every speculation but `kept` and those of the turn's calls still to be taken: not called."""
+    def _discard_unexpected(self, kept: Speculation | None = None, outlive: bool = False) -> None:
+        """Discard every speculation but `kept` and those of the turn's calls still to be taken: not called.
+
+        With `outlive` (the call taken is pure or sandboxed, so the tree stays at its version unless its real
+        run changes it, which `drop_stale` then sees), the newest `budget.max_running` of them are kept instead,
+        running or done, for a later call: a test run guessed a turn early still answers the model when it
+        asks after one more read. Only the older ones are discarded."""
+        unexpected = []
         for spec in list(self.specs.values()):
             edit = spec.after if spec.after is not None and spec.after.pending else None
             if edit is not None and (edit.call_id is not None or edit.exact in self._expected):
                 continue  # its edit is running, or is a call of the turn still to come
             if spec is not kept and spec.exact not in self._expected:
-                self.discard(spec, DiscardReason.NOT_CALLED)
+                unexpected.append(spec)
+        if outlive:
+            unexpected.sort(key=lambda spec: spec.started)
+            unexpected = unexpected[:max(0, len(unexpected) - self.budget.max_running)]
+        for spec in unexpected:
+            self.discard(spec, DiscardReason.NOT_CALLED)
 
     def landed(self, call: ParsedCall, observation: Observation) -> None:
         """A mutating call ended (ran, or was refused): a chain on it goes on at the new version if the edit
