@@ -409,17 +409,19 @@ class SpeculationScheduler:
         run changes it, which `drop_stale` then sees), the newest `budget.max_running` of them are kept instead,
         running or done, for a later call: a test run guessed a turn early still answers the model when it
         asks after one more read. Only the older ones are discarded."""
-        unexpected = []
+        unexpected, orphans = [], []
         for spec in list(self.specs.values()):
             edit = spec.after if spec.after is not None and spec.after.pending else None
             if edit is not None and (edit.call_id is not None or edit.exact in self._expected):
                 continue  # its edit is running, or is a call of the turn still to come
-            if spec is not kept and spec.exact not in self._expected:
+            if edit is not None:
+                orphans.append(spec)  # a chain whose edit the model never called: it can never serve
+            elif spec is not kept and spec.exact not in self._expected:
                 unexpected.append(spec)
         if outlive:
             unexpected.sort(key=lambda spec: spec.started)
             unexpected = unexpected[:max(0, len(unexpected) - self.budget.max_running)]
-        for spec in unexpected:
+        for spec in orphans + unexpected:
             self.discard(spec, DiscardReason.NOT_CALLED)
 
     def landed(self, call: ParsedCall, observation: Observation) -> None:
