@@ -135,6 +135,11 @@ def serve(cursor: float, seconds: float, launch: Launch, moments: dict[str, floa
     return max(cursor, start) + max(0.0, work - done_before) + overhead
 
 
+def of_step(step: int, past: list[dict[str, float]], own: dict[str, float]) -> dict[str, float]:
+    """The moments of step `step` among `past`, or `own` (the call's own step's) for -1."""
+    return past[step] if step >= 0 else own
+
+
 def _start(at: str, after: tuple[int, int] | None, moments: dict[str, float],
            done: dict[tuple[int, int], float]) -> float:
     """The instant of moment `at`: of this step, or for (m) when call `after` fully streamed (0: none)."""
@@ -172,13 +177,12 @@ def simulate(steps: list[Step], plans: list[Plan], tpot: float, prefill_tps: flo
             for i in run:
                 launch = plan.launches[i] if i < len(plan.launches) else Launch()
                 cost = 0.0 if launch.at in ("o",) else overhead
-                ready = serve(asked, step.calls[i], launch, past[launch.step] if launch.step >= 0 else moments,
-                              cost, done)
+                ready = serve(asked, step.calls[i], launch, of_step(launch.step, past, moments), cost, done)
                 line.overhead += cost + (launch.extra + launch.delay if launch.at in ("a", "b", "c", "m") else 0.0)
                 cursor = max(cursor, ready)
         for miss in plan.misses:
             stop = moments[miss.until] if miss.until else end
-            began = _start(miss.at, miss.after, past[miss.step] if miss.step >= 0 else moments, done)
+            began = _start(miss.at, miss.after, of_step(miss.step, past, moments), done)
             line.wasted += min(miss.seconds, max(0.0, stop - began)) + miss.fixed
         nxt = steps[index + 1].prefill_tokens / prefill_tps if index + 1 < len(steps) else 0.0
         hidden = nxt if plan.warm == "full" else min(nxt, cursor - end) if plan.warm == "warm" else 0.0

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.bench.replay.policies import TAKE
-from harness.bench.timeline import Launch, Plan, serve
+from harness.bench.timeline import Launch, Plan, of_step, serve
 from harness.coscheduler import KNEE_SHARE
 from harness.engine.sim import GPU, Profile
 
@@ -235,8 +235,7 @@ def _finish(s: SimSession, end: float, prefill_tps: float) -> None:
     s.past.append(s.moments)
     for i, seconds in enumerate(step.calls):
         launch = plan.launches[i] if i < len(plan.launches) else Launch()
-        moments = s.past[launch.step] if launch.step >= 0 else s.moments
-        cursor = serve(cursor, seconds, launch, moments, s.overhead, s.done)
+        cursor = serve(cursor, seconds, launch, of_step(launch.step, s.past, s.moments), s.overhead, s.done)
     s.context += step.output_tokens
     nxt = s.steps[s.step + 1].prefill_tokens / prefill_tps if s.step + 1 < len(s.steps) else 0.0
     s.hidden = min(nxt, cursor - end) if plan.warm == "warm" else 0.0

@@ -137,13 +137,11 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
             if policy == "oracle_mut":
                 launch, missed, spared = _past(info, s, makers[info.version], seen), [], []
             else:
-                launch, missed, spared = _serve(info, policy, seen, tally, budget, trace.root, kept, s)
+                launch, missed, spared = _serve(info, policy, seen, tally, budget, trace.root, kept)
             if launch.at is None and not info.first:
                 launch = _spare(info, spares, misses)
-            if launch.at is None and (found := next((k for k in kept if hit(info, [k.candidate])), None)):
-                kept.remove(found)
+            if launch.at is None and (found := _take_kept(info, kept, tally)) is not None:
                 launch = found.launch
-                tally.kept += 1
             launches.append(launch)
             misses.extend(missed)
             spares.extend(spared)
@@ -181,6 +179,15 @@ def plans(trace: Trace, policy: str, budget: Budget = BUDGET) -> tuple[list[Plan
 def _may_change(info: CallInfo) -> bool:
     """Whether a call may change the tree, so that no speculation outlives it (the scheduler's rule)."""
     return changes_workspace(info.action) or info.action.effect in (Effect.MUTATING, Effect.UNKNOWN)
+
+
+def _take_kept(info: CallInfo, kept: list[Kept], tally: Tally) -> Kept | None:
+    """The kept speculation that holds the call's result, taken out of `kept`; None when none does."""
+    found = next((k for k in kept if hit(info, [k.candidate])), None)
+    if found is not None:
+        kept.remove(found)
+        tally.kept += 1
+    return found
 
 
 def _of_step(launch: Launch, s: int) -> Launch:
@@ -231,8 +238,8 @@ def _spare(info: CallInfo, spares: list[Spare], misses: list[Miss]) -> Launch:
 
 
 def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budget: Budget,
-           root: str, kept: list[Kept], s: int) -> tuple[Launch, list[Miss], list[Spare]]:
-    """How `policy` serves one call at step `s`; `kept` are speculations of earlier calls still running (a
+           root: str, kept: list[Kept]) -> tuple[Launch, list[Miss], list[Spare]]:
+    """How `policy` serves one call; `kept` are speculations of earlier calls still running (a
     chain after an edit among them), which a first call's own speculation finds in its places."""
     if policy in ("oracle", "oracle_obs"):
         return (Launch("r") if _known(info, seen) else Launch("o")), [], []
@@ -259,13 +266,14 @@ def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: B
     this call that cannot be it (the live scheduler's `narrow`; kept ones wait for a later call), which frees
     their places for (c)'s candidates."""
     assert info.decision is not None
-    running: list[tuple[str, Candidate]] = [("p", k.candidate) for k in kept]  # p: kept from a past call
-    ruled_out: list[tuple[str, Candidate]] = []
-    launched: dict[int, Launch] = {id(k.candidate): k.launch for k in kept}  # id of a candidate -> how it serves
     served: Launch | None = None
     winner: Candidate | None = None
-    if (found := next((k for k in kept if hit(info, [k.candidate])), None)) is not None:
+    if (found := _take_kept(info, kept, tally)) is not None:  # kept ones are never ruled out at (c): it serves
         served, winner = found.launch, found.candidate
+    running: list[tuple[str, Candidate]] = [("p", k.candidate) for k in kept]  # p: kept from a past call
+    running += [("p", found.candidate)] if found is not None else []
+    ruled_out: list[tuple[str, Candidate]] = []
+    launched: dict[int, Launch] = {id(k.candidate): k.launch for k in kept}  # id of a candidate -> how it serves
     for moment in moments:
         if moment == "c":
             prefix = first_value(info.call.arguments)[:PREFIX_CHARS]
@@ -285,9 +293,6 @@ def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: B
             launched[id(candidate)] = Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
             if served is None and hit(info, [candidate]):
                 served, winner = launched[id(candidate)], candidate
-    if winner is not None and (used := next((k for k in kept if k.candidate is winner), None)) is not None:
-        kept.remove(used)
-        tally.kept += 1
     spares = [Spare(c, launched[id(c)], Miss(m, c.latency_saved, _fixed(c), after=launched[id(c)].after))
               for m, c in running if m != "p" and (served is None or c is not winner)]
     misses = [spare.miss for spare in spares]
