@@ -314,7 +314,8 @@ async def test_embedded_runs_share_no_cache_past_the_system_prompt(vllm_engine, 
 
 async def test_metering_a_session_changes_none_of_its_speculations(tmp_path: Path) -> None:
     """The meter times the analyzer's predictions; a copy the analyzer makes to predict past an edit must still
-    predict from its own state (a wrapper bound to the original answered from before the edit)."""
+    predict from its own state (a wrapper bound to the original answered from before the edit). Places are
+    ample, so that no launch waits on how long a kept test run lasts on a busy machine."""
     from harness.speculation.prediction.pattern_model import SHIPPED_MODEL, PatternModel
     from harness.speculation.prediction.patterns import Analyzer
 
@@ -324,7 +325,8 @@ async def test_metering_a_session_changes_none_of_its_speculations(tmp_path: Pat
         repo = make_calc_repo(tmp_path / str(metered))
         events: list[Event] = []
         session = Session(recording.task or "", ReplayEngine(recording, seconds_per_token=0.001), Workspace(repo),
-                          default_tools(), sinks=[events.append], analyzer=Analyzer(PatternModel.load(SHIPPED_MODEL)))
+                          default_tools(), sinks=[events.append], analyzer=Analyzer(PatternModel.load(SHIPPED_MODEL)),
+                          budget=Budget(max_running=16, max_sandboxed=16))
         meter = Meter.attach(session, events) if metered else None
         await session.run()
         launched.append([(e.step, e.name, e.arguments, e.after) for e in events if isinstance(e, SpecLaunch)])
