@@ -241,3 +241,35 @@ def test_each_read_of_a_turn_is_served_by_a_speculation_launched_for_the_turn() 
     tao, tally = plans(trace, "tao")
     assert [launch.at for launch in tao[0].launches] == ["a", "a", None]  # c.py was never predicted
     assert not tao[0].misses and tally.served == 2
+
+
+class BuriedAnalyzer:
+    """Proposes three wrong script runs first at every moment, then the real test run, unlikely (1%)."""
+
+    def __init__(self) -> None:
+        self.wrong = [LateAnalyzer._candidate("bash", f"python wrong_{i}.py") for i in range(3)]
+        action = canonical("bash", {"command": TEST_RUN[0]}, "/repo")
+        self.test = Candidate("bash", {"command": TEST_RUN[0]}, action.key, action.kind, action.effect,
+                              0.01, 3.5, 0.1, 0.03, "t")
+
+    def observe(self, event: Any) -> None:
+        pass
+
+    def predict(self, moment: str = "a", partial: Any = None, k: int = 3, order: str = "utility") -> list[Candidate]:
+        return [*self.wrong, self.test][:k]
+
+
+def test_a_perfect_ranker_starts_a_call_its_candidates_hold_however_it_was_ranked() -> None:
+    events = recorded("buried", [TEST_RUN, ("sed -i s/a/b/ src/a.py", "", 0.1)]).end("finished", "").events
+    trace = build("buried", events)
+    decide(trace, BuriedAnalyzer(), events)  # type: ignore[arg-type]
+    ranked, _ = plans(trace, "oracle_ranked")
+    assert ranked[0].launches[0].at == "a"  # fourth and at 1%: Tao's top-3 by utility never launches it
+    assert ranked[0].misses == ()  # a perfect ranker launches nothing else
+    assert ranked[1].launches[0].at is None  # an edit is never speculated
+    assert plans(trace, "tao")[0][0].launches[0].at is None
+
+    def total(policy: str, overhead: float = 0.0) -> float:
+        return simulate(trace.steps, plans(trace, policy)[0], TPOT, TPS, overhead).total
+
+    assert total("oracle_speculable") <= total("oracle_ranked", TAKE) < total("tao", TAKE)

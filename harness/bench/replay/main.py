@@ -16,6 +16,7 @@ from harness.speculation.running.records import Budget
 RUN_LABELS = {"baseline": "serial", "tao": "Tao", "paste": "patterns (a) only", "spork": "streamed (b,c) only",
               "aospec": "observations only", "chain": "past an edit only", "oracle": "oracle",
               "oracle_obs": "oracle + observations", "oracle_speculable": "oracle, speculable calls",
+              "oracle_ranked": "perfect ranker of Tao's candidates",
               "oracle_mut": "oracle past mutations"}
 SEQUENTIAL_LABEL = "Tao, adapted to the user"  # --sequential: beside "Tao", the shipped model alone
 

@@ -29,6 +29,11 @@
   this version served at once, as for Tao, so the oracle bounds Tao). oracle_obs: also every
   observation foreseen, so the next prefill is hidden too. oracle_speculable: the oracle restricted
   to the calls Tao may speculate at all (not mutating, not `finish`): the bound of a perfect analyzer.
+- oracle_ranked, a perfect ranker of Tao's candidates: a turn's first call starts at the first of (a), (b),
+  (c) whose candidates (the analyzer's PROBABILITY_ORDER_K, whatever their rank, probability or utility)
+  hold it, if Tao may run it (not mutating, not `finish`), with Tao's launch and sandbox costs and nothing
+  else launched; a known result is served at once. It bounds what ranking alone can win: a call that no
+  candidate holds needs new candidates, not a better order.
 - oracle_mut, the oracle past mutations: a call starts as soon as every input it depends on exists, at
   no cost. The oracle knows every call; a pure or sandboxed call's result depends only on the workspace
   state it runs on, so it needs only that state: the state after the last call that changed the
@@ -47,7 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from harness.bench.replay.trace import CallInfo, Trace, hit, runnable
+from harness.bench.replay.trace import PROBABILITY_ORDER_K, CallInfo, Trace, hit, runnable
 from harness.bench.timeline import Launch, Miss, Plan
 from harness.calls.action import TEST, changes_workspace
 from harness.speculation.prediction.patterns import Candidate
@@ -58,9 +63,9 @@ from tools.base import Effect
 from tools.masking import mask_run
 
 POLICIES = ("baseline", "tao", "paste", "spork", "aospec", "chain", "oracle", "oracle_obs", "oracle_speculable",
-            "oracle_mut")
+            "oracle_ranked", "oracle_mut")
 SINGLE = ("paste", "spork", "aospec", "chain")
-ORACLES = ("oracle", "oracle_obs", "oracle_speculable", "oracle_mut")
+ORACLES = ("oracle", "oracle_obs", "oracle_speculable", "oracle_mut")  # at no cost; oracle_ranked pays Tao's
 BUDGET = Budget()  # Tao's scheduler budget on this machine: top-3, 4 running, cpu_count // 2 in overlays
 # Measured costs (docs/BENCHMARKS.md, "Sandbox" and "Live speculation"), seconds:
 PURE_LAUNCH = 0.001  # starting a pure speculation on the workspace
@@ -248,12 +253,29 @@ def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budg
             return Launch("r"), [], []
         may = info.action.effect not in (Effect.MUTATING, Effect.UNKNOWN) and info.call.name != "finish"
         return (Launch("o") if may else Launch()), [], []
+    if policy == "oracle_ranked":
+        if _known(info, seen):
+            return Launch("r"), [], []
+        return (_ranked(info) if info.first and info.decision is not None else Launch()), [], []
     spec = SPECS[policy]
     if spec.repeats and _known(info, seen):
         return Launch("r"), [], []
     if spec.moments and info.first and info.decision is not None:
         return _speculate(info, spec.moments, tally, budget, root, kept)
     return Launch(), [], []
+
+
+def _ranked(info: CallInfo) -> Launch:
+    """oracle_ranked: the call started at the first moment whose candidates hold it, as if ranked first there."""
+    assert info.decision is not None
+    for moment in ("a", "b", "c"):
+        for candidate in info.decision.top(moment, PROBABILITY_ORDER_K):
+            if (candidate.effect not in (Effect.MUTATING, Effect.UNKNOWN) and candidate.name != "finish"
+                    and hit(info, [candidate])):
+                sandboxed = candidate.effect == Effect.SANDBOXED
+                delay = info.decision.seconds.get(moment, 0.0) + (OVERLAY_CREATE if sandboxed else PURE_LAUNCH)
+                return Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
+    return Launch()
 
 
 def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: Budget,
