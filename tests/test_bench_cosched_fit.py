@@ -116,12 +116,13 @@ def test_a_workload_of_which_nothing_fits_says_so() -> None:
         fit(workload(), profile)
 
 
-def test_kv_tokens_must_hold_one_window_and_no_more_than_the_profile() -> None:
+def test_kv_tokens_must_hold_one_window_and_on_the_real_engine_no_more_than_its_cache() -> None:
     with pytest.raises(UsageError, match="at least one whole context.*8192 or more"):
         cosched.run([1], "sim", "cpu", None, None, 1, progress=False, kv_tokens_asked=4_096)
     with pytest.raises(UsageError, match="more than the 46,592 tokens.*only makes the cache smaller"):
-        cosched.check_kv_tokens(50_000, PROFILES["cpu"])
-    cosched.check_kv_tokens(8_192, PROFILES["cpu"])
+        cosched.check_kv_tokens(50_000, PROFILES["cpu"], "embedded")
+    cosched.check_kv_tokens(8_192, PROFILES["cpu"], "embedded")
+    cosched.check_kv_tokens(400_000, PROFILES["cpu"], "sim")  # the simulator's cache can be any size
 
 
 def test_k_is_how_many_mean_contexts_the_kv_cache_holds() -> None:

@@ -179,14 +179,15 @@ def embedded_tokens() -> Callable[[str], int]:
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
 
 
-def check_kv_tokens(asked: int, profile: Profile) -> None:
-    """UsageError unless `asked` tokens hold one whole context and are no more than the profile's cache."""
+def check_kv_tokens(asked: int, profile: Profile, engine_kind: str = "embedded") -> None:
+    """UsageError unless `asked` tokens hold one whole context and, on the embedded engine, are no more than the
+    profile's cache (the simulator takes any size: a cache that never evicts bounds what a schedule can save)."""
     if asked < profile.max_model_len:
         raise UsageError(f"--kv-tokens {asked}: the KV cache must hold at least one whole context, the engine's "
                          f"window of {profile.max_model_len} tokens; give {profile.max_model_len} or more")
-    if asked > profile.kv_tokens:
+    if engine_kind == "embedded" and asked > profile.kv_tokens:
         raise UsageError(f"--kv-tokens {asked}: more than the {profile.kv_tokens:,} tokens of profile {profile.name}'s "
-                         "cache; --kv-tokens only makes the cache smaller (a larger one on the embedded engine: "
+                         "cache; on the embedded engine --kv-tokens only makes the cache smaller (a larger one: "
                          "set VLLM_CPU_KVCACHE_SPACE in GiB)")
 
 
@@ -290,7 +291,7 @@ def run(levels: list[int], engine_kind: str, profile_name: str | None, only: lis
         raise UsageError(f"--groups {most_groups}: give a positive number of runs per level")
     profile = profile_for(profile_name or (local_profile() if engine_kind == "embedded" else "gpu"))
     if kv_tokens_asked is not None:
-        check_kv_tokens(kv_tokens_asked, profile)
+        check_kv_tokens(kv_tokens_asked, profile, engine_kind)
         profile = replace(profile, kv_tokens=kv_tokens_asked)  # the simulator's; the real engine reports its own
     model_path, model_note = model_choice(model)
     most = most_groups if most_groups is not None else (1 if engine_kind == "embedded" else 8)
@@ -427,8 +428,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "its last kept turn a final answer; sessions keeping fewer than 3 steps are "
                              "left out (the same cut for sim and embedded, so they can be compared)")
     parser.add_argument("--kv-tokens", type=int, help="size the KV cache to this many tokens, at least the window "
-                                                      "(8192 on the CPU engine) and at most the profile's: the "
-                                                      "embedded engine's (vLLM's block count) or the simulated one; "
+                                                      "(8192 on the CPU engine); on the embedded engine at most its "
+                                                      "own (vLLM's block count), on the simulator any size (one that "
+                                                      "never evicts bounds what a schedule can save); "
                                                       "pick about K times the workload's mean context")
     parser.add_argument("--steps", type=int, help="cut every session to its first STEPS model turns (after --fit), "
                         "the last kept one its final answer: the real engine's long levels in hours, not a day")
