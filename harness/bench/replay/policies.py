@@ -272,10 +272,16 @@ def _ranked(info: CallInfo) -> Launch:
         for candidate in info.decision.top(moment, PROBABILITY_ORDER_K):
             if (candidate.effect not in (Effect.MUTATING, Effect.UNKNOWN) and candidate.name != "finish"
                     and hit(info, [candidate])):
-                sandboxed = candidate.effect == Effect.SANDBOXED
-                delay = info.decision.seconds.get(moment, 0.0) + (OVERLAY_CREATE if sandboxed else PURE_LAUNCH)
-                return Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
+                return _launch(info, moment, candidate)
     return Launch()
+
+
+def _launch(info: CallInfo, moment: str, candidate: Candidate) -> Launch:
+    """How a candidate started at `moment` serves: after the analyzer's decision and the launch's own cost."""
+    assert info.decision is not None
+    sandboxed = candidate.effect == Effect.SANDBOXED
+    delay = info.decision.seconds.get(moment, 0.0) + (OVERLAY_CREATE if sandboxed else PURE_LAUNCH)
+    return Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
 
 
 def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: Budget,
@@ -310,9 +316,7 @@ def _speculate(info: CallInfo, moments: tuple[str, ...], tally: Tally, budget: B
                 continue
             running.append((moment, candidate))
             tally.launched += 1
-            sandboxed = candidate.effect == Effect.SANDBOXED
-            delay = info.decision.seconds.get(moment, 0.0) + (OVERLAY_CREATE if sandboxed else PURE_LAUNCH)
-            launched[id(candidate)] = Launch(moment, delay, SANDBOX_RUN if sandboxed else 0.0)
+            launched[id(candidate)] = _launch(info, moment, candidate)
             if served is None and hit(info, [candidate]):
                 served, winner = launched[id(candidate)], candidate
     spares = [Spare(c, launched[id(c)], Miss(m, c.latency_saved, _fixed(c), after=launched[id(c)].after))
