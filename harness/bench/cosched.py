@@ -179,7 +179,7 @@ def embedded_tokens() -> Callable[[str], int]:
     return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
 
 
-def check_kv_tokens(asked: int, profile: Profile, engine_kind: str = "embedded") -> None:
+def check_kv_tokens(asked: int, profile: Profile, engine_kind: str) -> None:
     """UsageError unless `asked` tokens hold one whole context and, on the embedded engine, are no more than the
     profile's cache (the simulator takes any size: a cache that never evicts bounds what a schedule can save)."""
     if asked < profile.max_model_len:

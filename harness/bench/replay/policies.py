@@ -52,7 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from harness.bench.replay.trace import PROBABILITY_ORDER_K, CallInfo, Trace, hit, runnable
+from harness.bench.replay.trace import PROBABILITY_ORDER_K, CallInfo, Trace, hit, runnable, speculable
 from harness.bench.timeline import Launch, Miss, Plan
 from harness.calls.action import TEST, changes_workspace
 from harness.speculation.prediction.patterns import Candidate
@@ -251,8 +251,7 @@ def _serve(info: CallInfo, policy: str, seen: dict[str, int], tally: Tally, budg
     if policy == "oracle_speculable":
         if _known(info, seen):
             return Launch("r"), [], []
-        may = info.action.effect not in (Effect.MUTATING, Effect.UNKNOWN) and info.call.name != "finish"
-        return (Launch("o") if may else Launch()), [], []
+        return (Launch("o") if speculable(info.action.effect, info.call.name) else Launch()), [], []
     if policy == "oracle_ranked":
         if _known(info, seen):
             return Launch("r"), [], []
@@ -270,8 +269,7 @@ def _ranked(info: CallInfo) -> Launch:
     assert info.decision is not None
     for moment in ("a", "b", "c"):
         for candidate in info.decision.top(moment, PROBABILITY_ORDER_K):
-            if (candidate.effect not in (Effect.MUTATING, Effect.UNKNOWN) and candidate.name != "finish"
-                    and hit(info, [candidate])):
+            if speculable(candidate.effect, candidate.name) and hit(info, [candidate]):
                 return _launch(info, moment, candidate)
     return Launch()
 

@@ -164,10 +164,14 @@ def decide(trace: Trace, analyzer: Analyzer, events: list[Event]) -> None:
             info.decision = decision
 
 
+def speculable(effect: str, name: str) -> bool:
+    """Whether a call of this effect class and tool may run ahead of the model (not mutating, unknown, `finish`)."""
+    return effect not in (Effect.MUTATING, Effect.UNKNOWN) and name != "finish"
+
+
 def runnable(candidate: Candidate) -> bool:
     """Whether the scheduler may start a candidate at all (effect class, not `finish`, worth it)."""
-    return (candidate.effect not in (Effect.MUTATING, Effect.UNKNOWN) and candidate.name != "finish"
-            and candidate.utility > 0.0 and candidate.probability >= 0.05)
+    return speculable(candidate.effect, candidate.name) and candidate.utility > 0.0 and candidate.probability >= 0.05
 
 
 def hit(info: CallInfo, launched: list[Candidate]) -> bool:
